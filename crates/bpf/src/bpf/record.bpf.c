@@ -1,0 +1,431 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * record.bpf.c — what a launch reads, page by page, in order.
+ *
+ * What it records. For every process in the traced tree (the tgids in the
+ * `tracked` map, seeded by user space with the launched child before it is
+ * allowed to exec, and grown on fork):
+ *   - pages inserted into the page cache (filemap:mm_filemap_add_to_page_cache):
+ *     these came from storage, so they are what a cold launch waits for. The
+ *     event carries the folio order, so a large folio is 2^order pages.
+ *     Filesystem metadata (ext4 inode tables, directory and extent blocks)
+ *     arrives here too, as insertions into the block device's own mapping.
+ *   - pages *used* whether or not they were cached (mm_filemap_get_pages for
+ *     read(), mm_filemap_map_pages for fault-around, mm_filemap_fault for
+ *     mmap faults). With these a launch can be learned while its files are
+ *     cached, and pages shared with running programs (the C library) are not
+ *     lost — the blind spot Paralfetch found in FAST's blktrace approach.
+ *   - fork / exec / exit of the tree, so user space knows when it ends.
+ *   - successful opens with the path resolved here, at open time, by walking
+ *     dentries across mounts (the same walk d_path does), plus the identity
+ *     (dev, ino, mode, size) of what was opened.
+ *   - path lookups that cost I/O on a cold start even when they fail:
+ *     stat/lstat/statx/access/readlink and failed opens, with the path as given.
+ *   - directory reads (getdents64), resolved like opens.
+ *
+ * Why these hooks. They are stable tracepoints: no kernel patch, no kprobes
+ * (refused on our target kernels). The syscall and filemap events are
+ * classic tracepoints (tp/) because their formats are ABI-like and carry the
+ * folio order; fork/exec/exit are BTF tracepoints (tp_btf/) because we need
+ * the task structs.
+ *
+ * What it cannot see. Files the kernel opens by itself (the ELF interpreter
+ * loaded by exec) have no open event: user space resolves those from the
+ * exec'd binary's PT_INTERP. Writes are not recorded. Pages read by kernel
+ * threads on behalf of the tree (writeback, some readahead completions) are
+ * not attributed to it. Paths deeper than WS_PATH_MAX_DEPTH components are
+ * truncated (flagged) and resolved in user space.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include "intf.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+/* Unused instances so the record types reach BTF and the generated skeleton. */
+struct ev_page _ev_page = {};
+struct ev_proc _ev_proc = {};
+struct ev_file _ev_file = {};
+struct ev_pathop _ev_pathop = {};
+enum ev_kind _ev_kind = 0;
+enum pathop_kind _pathop_kind = 0;
+
+/* Set before load: whether to emit page-use events and namespace events. */
+const volatile bool trace_uses = true;
+const volatile bool trace_namespace = true;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 32 << 20);
+} events SEC(".maps");
+
+/* tgids of the traced process tree. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, u32);
+	__type(value, u8);
+} tracked SEC(".maps");
+
+/* Records lost because the ring buffer was full. Must stay zero. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, u64);
+} drops SEC(".maps");
+
+/*
+ * Page-use dedup: a read() loop hits filemap_get_pages for the same pages
+ * over and over; only the first use of a page range matters for ordering.
+ */
+struct use_key {
+	u64 ino;
+	u64 index;
+	u32 dev;
+	u32 count;
+};
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 131072);
+	__type(key, struct use_key);
+	__type(value, u8);
+} seen_use SEC(".maps");
+
+/* Path syscalls in flight: user pointer to the path and which op it is. */
+struct inflight {
+	u64 path_ptr;
+	int op;
+	int _pad;
+};
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, u64);
+	__type(value, struct inflight);
+} inflight SEC(".maps");
+
+static __always_inline bool is_tracked(void)
+{
+	u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	return bpf_map_lookup_elem(&tracked, &tgid) != NULL;
+}
+
+static __always_inline void count_drop(void)
+{
+	u32 zero = 0;
+	u64 *n = bpf_map_lookup_elem(&drops, &zero);
+	if (n)
+		*n += 1;
+}
+
+static __always_inline void fill_hdr(struct ev_hdr *h, u32 kind)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	h->kind = kind;
+	h->pid = (u32)id;
+	h->tgid = id >> 32;
+	h->_pad = 0;
+	h->ts_ns = bpf_ktime_get_ns();
+}
+
+static __always_inline void emit_page(u32 kind, u32 dev, u64 ino, u64 index, u64 count)
+{
+	struct ev_page *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count_drop();
+		return;
+	}
+	fill_hdr(&e->hdr, kind);
+	e->dev = dev;
+	e->ino = ino;
+	e->index = index;
+	e->count = count;
+	e->_pad = 0;
+	bpf_ringbuf_submit(e, 0);
+}
+
+static __always_inline void page_use(u32 kind, u32 dev, u64 ino, u64 index, u64 last)
+{
+	if (!trace_uses || !is_tracked())
+		return;
+	u64 count = last >= index ? last - index + 1 : 1;
+	struct use_key k = { .ino = ino, .index = index, .dev = dev, .count = (u32)count };
+	u8 one = 1;
+	if (bpf_map_lookup_elem(&seen_use, &k))
+		return;
+	bpf_map_update_elem(&seen_use, &k, &one, BPF_ANY);
+	emit_page(kind, dev, ino, index, count);
+}
+
+SEC("tp/filemap/mm_filemap_add_to_page_cache")
+int handle_add(struct trace_event_raw_mm_filemap_op_page_cache *ctx)
+{
+	if (!is_tracked())
+		return 0;
+	emit_page(EV_PAGE_ADD, ctx->s_dev, ctx->i_ino, ctx->index, 1ULL << (ctx->order & 31));
+	return 0;
+}
+
+SEC("tp/filemap/mm_filemap_get_pages")
+int handle_get(struct trace_event_raw_mm_filemap_op_page_cache_range *ctx)
+{
+	page_use(EV_PAGE_GET, ctx->s_dev, ctx->i_ino, ctx->index, ctx->last_index);
+	return 0;
+}
+
+SEC("tp/filemap/mm_filemap_map_pages")
+int handle_map(struct trace_event_raw_mm_filemap_op_page_cache_range *ctx)
+{
+	page_use(EV_PAGE_MAP, ctx->s_dev, ctx->i_ino, ctx->index, ctx->last_index);
+	return 0;
+}
+
+SEC("tp/filemap/mm_filemap_fault")
+int handle_fault(struct trace_event_raw_mm_filemap_fault *ctx)
+{
+	page_use(EV_PAGE_FAULT, ctx->s_dev, ctx->i_ino, ctx->index, ctx->index);
+	return 0;
+}
+
+/* ---- process tree ---- */
+
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(handle_fork, struct task_struct *parent, struct task_struct *child)
+{
+	u32 ptgid = parent->tgid;
+	u32 ctgid = child->tgid;
+	u8 one = 1;
+
+	if (!bpf_map_lookup_elem(&tracked, &ptgid))
+		return 0;
+	if (ctgid == ptgid)
+		return 0; /* a new thread: its tgid is already tracked */
+	bpf_map_update_elem(&tracked, &ctgid, &one, BPF_ANY);
+
+	struct ev_proc *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count_drop();
+		return 0;
+	}
+	fill_hdr(&e->hdr, EV_FORK);
+	e->hdr.pid = parent->pid;
+	e->hdr.tgid = ptgid;
+	e->child_pid = child->pid;
+	e->child_tgid = ctgid;
+	bpf_probe_read_kernel_str(e->comm, sizeof(e->comm), child->comm);
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(handle_exit, struct task_struct *p, bool group_dead)
+{
+	u32 tgid = p->tgid;
+
+	if (!group_dead || !bpf_map_lookup_elem(&tracked, &tgid))
+		return 0;
+	bpf_map_delete_elem(&tracked, &tgid);
+
+	struct ev_proc *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count_drop();
+		return 0;
+	}
+	fill_hdr(&e->hdr, EV_EXIT);
+	e->hdr.tgid = tgid;
+	e->child_pid = p->pid;
+	e->child_tgid = tgid;
+	bpf_probe_read_kernel_str(e->comm, sizeof(e->comm), p->comm);
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+/* ---- path resolution ---- */
+
+/* Records with a path are assembled here, then copied to the ring buffer. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct ev_file);
+} file_scratch SEC(".maps");
+
+struct walk_ctx {
+	struct dentry *dentry;
+	struct mount *mnt;
+	struct dentry *mnt_root;
+	u32 depth;
+	u32 truncated;
+};
+
+/*
+ * One step of the walk from a dentry up to the namespace root, crossing
+ * mount points as d_path does. A bpf_loop callback is verified once, where
+ * an unrolled loop with mount crossings explodes the verifier's states.
+ */
+static long walk_step(u64 i, struct walk_ctx *c)
+{
+	/* locals: BPF_CORE_READ must not relocate accesses to walk_ctx itself */
+	struct dentry *dentry = c->dentry;
+	struct mount *mnt = c->mnt;
+
+	if (dentry == c->mnt_root) {
+		struct mount *parent = BPF_CORE_READ(mnt, mnt_parent);
+		if (parent == mnt)
+			return 1; /* the namespace root */
+		c->dentry = BPF_CORE_READ(mnt, mnt_mountpoint);
+		c->mnt = parent;
+		c->mnt_root = BPF_CORE_READ(parent, mnt.mnt_root);
+		return 0;
+	}
+	struct dentry *up = BPF_CORE_READ(dentry, d_parent);
+	if (up == dentry)
+		return 1; /* root of a detached tree */
+	if (c->depth >= WS_PATH_MAX_DEPTH) {
+		c->truncated = 1;
+		return 1;
+	}
+	u32 zero = 0;
+	struct ev_file *e = bpf_map_lookup_elem(&file_scratch, &zero);
+	if (!e)
+		return 1;
+	const unsigned char *name = BPF_CORE_READ(dentry, d_name.name);
+	bpf_probe_read_kernel_str(&e->path.comp[(c->depth & (WS_PATH_MAX_DEPTH - 1)) * WS_NAME_LEN],
+				  WS_NAME_LEN, name);
+	c->depth++;
+	c->dentry = up;
+	return 0;
+}
+
+static __always_inline void emit_file(u32 kind, struct file *f)
+{
+	u32 zero = 0;
+	struct ev_file *e;
+
+	if (!f)
+		return;
+	e = bpf_map_lookup_elem(&file_scratch, &zero);
+	if (!e)
+		return;
+	struct inode *inode = BPF_CORE_READ(f, f_inode);
+	struct vfsmount *vfsmnt = BPF_CORE_READ(f, f_path.mnt);
+	struct walk_ctx c = {
+		.dentry = BPF_CORE_READ(f, f_path.dentry),
+		.mnt = (void *)vfsmnt - bpf_core_field_offset(struct mount, mnt),
+		.mnt_root = BPF_CORE_READ(vfsmnt, mnt_root),
+	};
+	fill_hdr(&e->hdr, kind);
+	e->ino = BPF_CORE_READ(inode, i_ino);
+	e->dev = BPF_CORE_READ(inode, i_sb, s_dev);
+	e->mode = BPF_CORE_READ(inode, i_mode);
+	e->size = BPF_CORE_READ(inode, i_size);
+	/* budget: every component plus a few mount crossings */
+	bpf_loop(WS_PATH_MAX_DEPTH + 16, walk_step, &c, 0);
+	e->path.depth = c.depth;
+	e->path.truncated = c.truncated || c.dentry != c.mnt_root;
+	if (bpf_ringbuf_output(&events, e, sizeof(*e), 0))
+		count_drop();
+}
+
+static __always_inline struct file *fd_file(long fd)
+{
+	struct task_struct *t = bpf_get_current_task_btf();
+	struct fdtable *fdt = BPF_CORE_READ(t, files, fdt);
+	struct file **fds = BPF_CORE_READ(fdt, fd);
+	unsigned int max = BPF_CORE_READ(fdt, max_fds);
+	struct file *f = NULL;
+
+	if (fd < 0 || fd >= max)
+		return NULL;
+	bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]);
+	return f;
+}
+
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(handle_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
+{
+	if (!is_tracked())
+		return 0;
+	emit_file(EV_EXEC, BPF_CORE_READ(bprm, file));
+	return 0;
+}
+
+/* ---- path syscalls ---- */
+
+static __always_inline int path_enter(u64 ptr, int op)
+{
+	if (!trace_namespace || !is_tracked())
+		return 0;
+	struct inflight v = { .path_ptr = ptr, .op = op };
+	u64 id = bpf_get_current_pid_tgid();
+	bpf_map_update_elem(&inflight, &id, &v, BPF_ANY);
+	return 0;
+}
+
+static __always_inline int path_exit(long ret)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	struct inflight *v = bpf_map_lookup_elem(&inflight, &id);
+	if (!v)
+		return 0;
+	u64 ptr = v->path_ptr;
+	int op = v->op;
+	bpf_map_delete_elem(&inflight, &id);
+
+	if (op == PATHOP_OPEN && ret >= 0) {
+		emit_file(EV_OPEN, fd_file(ret));
+		return 0;
+	}
+	struct ev_pathop *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count_drop();
+		return 0;
+	}
+	fill_hdr(&e->hdr, EV_PATHOP);
+	e->op = op;
+	e->ret = (int)ret;
+	/* fstat() arrives as newfstatat(fd, "", AT_EMPTY_PATH): no lookup, no I/O */
+	if (bpf_probe_read_user_str(e->path, sizeof(e->path), (const void *)ptr) <= 1) {
+		bpf_ringbuf_discard(e, 0);
+		return 0;
+	}
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+#define PATH_SYSCALL(name, argi, op)                                           \
+	SEC("tp/syscalls/sys_enter_" #name)                                    \
+	int enter_##name(struct trace_event_raw_sys_enter *ctx)                \
+	{                                                                      \
+		return path_enter(ctx->args[argi], op);                        \
+	}                                                                      \
+	SEC("tp/syscalls/sys_exit_" #name)                                     \
+	int exit_##name(struct trace_event_raw_sys_exit *ctx)                  \
+	{                                                                      \
+		return path_exit(ctx->ret);                                    \
+	}
+
+PATH_SYSCALL(openat, 1, PATHOP_OPEN)
+PATH_SYSCALL(openat2, 1, PATHOP_OPEN)
+PATH_SYSCALL(open, 0, PATHOP_OPEN)
+PATH_SYSCALL(newstat, 0, PATHOP_STAT)
+PATH_SYSCALL(newlstat, 0, PATHOP_STAT)
+PATH_SYSCALL(newfstatat, 1, PATHOP_STAT)
+PATH_SYSCALL(statx, 1, PATHOP_STAT)
+PATH_SYSCALL(access, 0, PATHOP_ACCESS)
+PATH_SYSCALL(faccessat, 1, PATHOP_ACCESS)
+PATH_SYSCALL(faccessat2, 1, PATHOP_ACCESS)
+PATH_SYSCALL(readlink, 0, PATHOP_READLINK)
+PATH_SYSCALL(readlinkat, 1, PATHOP_READLINK)
+
+SEC("tp/syscalls/sys_enter_getdents64")
+int enter_getdents64(struct trace_event_raw_sys_enter *ctx)
+{
+	if (!trace_namespace || !is_tracked())
+		return 0;
+	emit_file(EV_DIRREAD, fd_file(ctx->args[0]));
+	return 0;
+}

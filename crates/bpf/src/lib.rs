@@ -1,0 +1,180 @@
+//! The kernel side of warmstart's recorder: loads `record.bpf.c`, seeds and
+//! reads its maps, and decodes its ring buffer into [`Event`]s.
+//!
+//! Everything kernel-specific about *which* hooks exist lives in [`probe`];
+//! this module never compares kernel versions.
+
+mod event;
+pub mod probe;
+mod tracefs;
+
+use std::mem::MaybeUninit;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
+use libbpf_rs::{MapCore, MapFlags, RingBuffer, RingBufferBuilder};
+
+pub use event::{Event, PageKind, PathOpKind, WsPath};
+pub use tracefs::{ensure_tracefs, tracefs_root};
+
+#[allow(clippy::all, clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
+#[allow(dead_code, non_camel_case_types, non_snake_case, non_upper_case_globals)]
+mod skel {
+    include!(concat!(env!("OUT_DIR"), "/record.skel.rs"));
+}
+
+use skel::{RecordSkel, RecordSkelBuilder};
+
+/// Why the recorder could not start. Each variant says what is missing.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("loading BPF needs root or CAP_BPF+CAP_PERFMON (run as root, or use --backend mincore)")]
+    Permission,
+    #[error("tracefs is not available at /sys/kernel/tracing and could not be mounted: {0}")]
+    Tracefs(std::io::Error),
+    #[error("this kernel lacks tracepoint {0} which the recorder needs")]
+    MissingTracepoint(String),
+    #[error("BPF {stage} failed: {source}")]
+    Bpf {
+        stage: &'static str,
+        #[source]
+        source: libbpf_rs::Error,
+    },
+}
+
+fn bpf_err(stage: &'static str) -> impl FnOnce(libbpf_rs::Error) -> Error {
+    move |source| {
+        if matches!(source.kind(), libbpf_rs::ErrorKind::PermissionDenied) {
+            Error::Permission
+        } else {
+            Error::Bpf { stage, source }
+        }
+    }
+}
+
+/// What to record besides page-cache insertions and the process tree.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// Page *uses* (reads, faults, fault-around), cached or not.
+    pub uses: bool,
+    /// Opens, stats, readlinks and directory reads.
+    pub namespace: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            uses: true,
+            namespace: true,
+        }
+    }
+}
+
+/// A loaded and attached recorder. Dropping it detaches every program.
+pub struct Recorder {
+    skel: RecordSkel<'static>,
+    ring: RingBuffer<'static>,
+    rx: mpsc::Receiver<Event>,
+    /// Tracepoints the probe switched off on this kernel.
+    pub disabled: Vec<String>,
+}
+
+impl Recorder {
+    /// Loads and attaches the recorder. Nothing is recorded until a pid is
+    /// [`track`](Self::track)ed.
+    pub fn start(opts: Options) -> Result<Self, Error> {
+        if !probe::privileged() {
+            return Err(Error::Permission);
+        }
+        ensure_tracefs().map_err(Error::Tracefs)?;
+        // The open object must outlive the skeleton, which borrows it; a
+        // recorder lives for a whole recording (or the daemon's life), so
+        // leaking this small allocation is the simple, sound choice.
+        let obj: &'static mut MaybeUninit<libbpf_rs::OpenObject> =
+            Box::leak(Box::new(MaybeUninit::uninit()));
+        let mut open = RecordSkelBuilder::default()
+            .open(obj)
+            .map_err(bpf_err("open"))?;
+        let rodata = open
+            .maps
+            .rodata_data
+            .as_deref_mut()
+            .expect("record.bpf.c has read-only data");
+        rodata.trace_uses = opts.uses;
+        rodata.trace_namespace = opts.namespace;
+
+        let mut disabled = Vec::new();
+        for mut prog in open.open_object_mut().progs_mut() {
+            let section = prog.section().to_string_lossy().into_owned();
+            let required = section.contains("mm_filemap_add_to_page_cache")
+                || section.starts_with("tp_btf/sched_process");
+            if !probe::hook_available(&section) {
+                if required {
+                    return Err(Error::MissingTracepoint(section));
+                }
+                prog.set_autoload(false);
+                disabled.push(section);
+            }
+        }
+        let mut skel = open.load().map_err(bpf_err("load"))?;
+        skel.attach().map_err(bpf_err("attach"))?;
+
+        let (tx, rx) = mpsc::channel();
+        let mut builder = RingBufferBuilder::new();
+        builder
+            .add(&skel.maps.events, move |data: &[u8]| {
+                if let Some(ev) = Event::decode(data) {
+                    let _ = tx.send(ev);
+                }
+                0
+            })
+            .map_err(bpf_err("ring buffer"))?;
+        let ring = builder.build().map_err(bpf_err("ring buffer"))?;
+        Ok(Self {
+            skel,
+            ring,
+            rx,
+            disabled,
+        })
+    }
+
+    /// Adds a process (tgid) to the traced tree; its future children follow.
+    pub fn track(&self, tgid: u32) -> Result<(), Error> {
+        self.skel
+            .maps
+            .tracked
+            .update(&tgid.to_ne_bytes(), &[1u8], MapFlags::ANY)
+            .map_err(bpf_err("map update"))
+    }
+
+    /// Waits up to `timeout` for events and appends what arrived to `out`.
+    pub fn poll(&self, timeout: Duration, out: &mut Vec<Event>) -> Result<(), Error> {
+        self.ring.poll(timeout).map_err(bpf_err("poll"))?;
+        out.extend(self.rx.try_iter());
+        Ok(())
+    }
+
+    /// Drains everything still in the ring buffer.
+    pub fn drain(&self, out: &mut Vec<Event>) -> Result<(), Error> {
+        self.ring.consume().map_err(bpf_err("consume"))?;
+        out.extend(self.rx.try_iter());
+        Ok(())
+    }
+
+    /// Records the kernel had to drop because the ring buffer was full.
+    pub fn drops(&self) -> u64 {
+        let key = 0u32.to_ne_bytes();
+        match self.skel.maps.drops.lookup_percpu(&key, MapFlags::ANY) {
+            Ok(Some(per_cpu)) => per_cpu
+                .iter()
+                .map(|v| {
+                    let mut b = [0u8; 8];
+                    b.copy_from_slice(&v[..8]);
+                    u64::from_ne_bytes(b)
+                })
+                .sum(),
+            _ => 0,
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! The on-disk envelope shared by trace and plan files: a magic that names
+//! the kind of file, a major/minor version, a CRC-32 of the payload and its
+//! length, then the payload serialized with postcard (compact, maintained,
+//! serde-based). Readers refuse anything they cannot fully vouch for.
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+/// Header size: magic (8) + major (2) + minor (2) + crc32 (4) + length (8).
+pub const HEADER_LEN: usize = 24;
+
+/// What a file claims to be, by its magic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Trace,
+    Plan,
+}
+
+impl Kind {
+    fn magic(self) -> &'static [u8; 8] {
+        match self {
+            Kind::Trace => b"WSTRACE\0",
+            Kind::Plan => b"WSPLAN\0\0",
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Trace => "trace",
+            Kind::Plan => "plan",
+        }
+    }
+
+    fn from_magic(m: &[u8]) -> Option<Kind> {
+        [Kind::Trace, Kind::Plan]
+            .into_iter()
+            .find(|k| k.magic().as_slice() == m)
+    }
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Why a trace or plan file could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum FormatError {
+    #[error("file is {len} bytes, too short to be a warmstart {expected} (truncated?)")]
+    TooShort { expected: Kind, len: usize },
+    #[error("not a warmstart {expected}: it is a warmstart {found}")]
+    WrongKind { expected: Kind, found: Kind },
+    #[error("not a warmstart {expected} file (unknown magic {magic:02x?})")]
+    BadMagic { expected: Kind, magic: Vec<u8> },
+    #[error("{kind} format version {major}.{minor} is not supported (this warmstart reads {supported}.x); re-create it with this version")]
+    UnsupportedVersion {
+        kind: Kind,
+        major: u16,
+        minor: u16,
+        supported: u16,
+    },
+    #[error("{kind} is truncated: header promises {expected} payload bytes, file has {actual}")]
+    Truncated {
+        kind: Kind,
+        expected: u64,
+        actual: u64,
+    },
+    #[error("{kind} is corrupt: checksum {actual:08x} does not match {expected:08x}")]
+    Checksum {
+        kind: Kind,
+        expected: u32,
+        actual: u32,
+    },
+    #[error("{kind} is corrupt: {source}")]
+    Decode {
+        kind: Kind,
+        #[source]
+        source: postcard::Error,
+    },
+    #[error("{kind} is inconsistent: {what}")]
+    Invalid { kind: Kind, what: String },
+}
+
+/// Serializes `value` into a complete file image.
+pub fn encode<T: Serialize>(kind: Kind, major: u16, minor: u16, value: &T) -> Vec<u8> {
+    let payload = postcard::to_stdvec(value).expect("serializing to memory cannot fail");
+    let mut out = Vec::with_capacity(HEADER_LEN + payload.len());
+    out.extend_from_slice(kind.magic());
+    out.extend_from_slice(&major.to_le_bytes());
+    out.extend_from_slice(&minor.to_le_bytes());
+    out.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+    out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    out.extend_from_slice(&payload);
+    out
+}
+
+/// Checks the envelope and decodes the payload. Files of the same major
+/// version and any minor are read (minors only add trailing optional data).
+pub fn decode<T: DeserializeOwned>(expected: Kind, major: u16, bytes: &[u8]) -> Result<T, FormatError> {
+    if bytes.len() < HEADER_LEN {
+        if bytes.len() >= 8 {
+            check_magic(expected, &bytes[..8])?;
+        }
+        return Err(FormatError::TooShort {
+            expected,
+            len: bytes.len(),
+        });
+    }
+    check_magic(expected, &bytes[..8])?;
+    let file_major = u16::from_le_bytes([bytes[8], bytes[9]]);
+    let file_minor = u16::from_le_bytes([bytes[10], bytes[11]]);
+    if file_major != major {
+        return Err(FormatError::UnsupportedVersion {
+            kind: expected,
+            major: file_major,
+            minor: file_minor,
+            supported: major,
+        });
+    }
+    let crc = u32::from_le_bytes(bytes[12..16].try_into().expect("4 bytes"));
+    let len = u64::from_le_bytes(bytes[16..24].try_into().expect("8 bytes"));
+    let payload = &bytes[HEADER_LEN..];
+    if payload.len() as u64 != len {
+        return Err(FormatError::Truncated {
+            kind: expected,
+            expected: len,
+            actual: payload.len() as u64,
+        });
+    }
+    let actual = crc32fast::hash(payload);
+    if actual != crc {
+        return Err(FormatError::Checksum {
+            kind: expected,
+            expected: crc,
+            actual,
+        });
+    }
+    postcard::from_bytes(payload).map_err(|source| FormatError::Decode {
+        kind: expected,
+        source,
+    })
+}
+
+fn check_magic(expected: Kind, magic: &[u8]) -> Result<(), FormatError> {
+    match Kind::from_magic(magic) {
+        Some(k) if k == expected => Ok(()),
+        Some(found) => Err(FormatError::WrongKind { expected, found }),
+        None => Err(FormatError::BadMagic {
+            expected,
+            magic: magic.to_vec(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
+    struct Payload {
+        a: u64,
+        b: Vec<String>,
+    }
+
+    fn sample() -> Vec<u8> {
+        encode(
+            Kind::Trace,
+            1,
+            0,
+            &Payload {
+                a: 7,
+                b: vec!["x".into()],
+            },
+        )
+    }
+
+    #[test]
+    fn round_trip() {
+        let p: Payload = decode(Kind::Trace, 1, &sample()).unwrap();
+        assert_eq!(p.a, 7);
+    }
+
+    #[test]
+    fn rejections() {
+        let good = sample();
+        let mut flipped = good.clone();
+        *flipped.last_mut().unwrap() ^= 0xff;
+        let mut future = good.clone();
+        future[8] = 9;
+        let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+            ("empty", vec![], "too short"),
+            ("truncated header", good[..10].to_vec(), "too short"),
+            ("truncated payload", good[..good.len() - 1].to_vec(), "truncated"),
+            ("bit flip", flipped, "checksum"),
+            ("foreign", b"\x7fELF\x02\x01\x01\0aaaaaaaaaaaaaaaaaaaaaaaa".to_vec(), "unknown magic"),
+            ("future major", future, "version 9.0 is not supported"),
+        ];
+        for (name, bytes, want) in cases {
+            let err = decode::<Payload>(Kind::Trace, 1, &bytes).unwrap_err().to_string();
+            assert!(err.contains(want), "{name}: {err:?} lacks {want:?}");
+        }
+        let err = decode::<Payload>(Kind::Plan, 1, &good).unwrap_err().to_string();
+        assert!(err.contains("not a warmstart plan: it is a warmstart trace"), "{err}");
+    }
+}

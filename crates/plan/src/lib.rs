@@ -1,0 +1,12 @@
+//! warmstart's pure core: the trace model and file format, plans and the
+//! passes that compile traces into plans, and their validation. Nothing in
+//! this crate makes a system call, so all of it is tested without root.
+
+pub mod container;
+pub mod trace;
+
+pub use container::FormatError;
+pub use trace::{Trace, TraceBuilder};
+pub mod plan;
+
+pub use plan::{Entry, Plan};
