@@ -2,9 +2,11 @@
 //! passes that compile traces into plans, and their validation. Nothing in
 //! this crate makes a system call, so all of it is tested without root.
 
+pub mod compile;
 pub mod container;
 pub mod trace;
 
+pub use compile::{CompileError, CompileOptions, CompileReport, Compiled};
 pub use container::FormatError;
 pub use trace::{Trace, TraceBuilder};
 pub mod plan;
