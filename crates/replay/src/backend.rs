@@ -1,0 +1,186 @@
+//! The OS boundary of replay, as a small trait: everything the engine does
+//! to the system goes through [`Backend`], so the scheduling, validation,
+//! chunking and memory-guard logic is tested against [`crate::MockBackend`]
+//! without root, and [`crate::RealBackend`] stays a thin layer of syscalls.
+
+use std::fmt;
+use std::path::Path;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+use warmstart_plan::trace::{FileId, NsOpKind};
+
+use crate::ReplayError;
+
+/// System memory, in bytes, as `/proc/meminfo` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemInfo {
+    /// `MemTotal`.
+    pub total: u64,
+    /// `MemAvailable`: what can be allocated without swapping, counting
+    /// reclaimable page cache.
+    pub available: u64,
+}
+
+/// How much of a byte range is in the page cache, in pages. Ranges are
+/// clipped at the end of the file or device, since pages past it cannot be
+/// cached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Residency {
+    pub resident: u64,
+    pub pages: u64,
+}
+
+impl Residency {
+    pub fn complete(&self) -> bool {
+        self.resident >= self.pages
+    }
+}
+
+/// The outcome of a path lookup that did not fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LookupOutcome {
+    /// The path resolved (and, for directory reads, was listed).
+    Found,
+    /// The path does not exist (`ENOENT`/`ENOTDIR`). Still useful: the
+    /// kernel caches the negative dentry the application will hit too.
+    NotFound,
+    /// A directory was looked up but not listed, because listing it without
+    /// `O_NOATIME` would update its access time and we may not use
+    /// `O_NOATIME` on it (not its owner, no `CAP_FOWNER`).
+    StatOnly,
+}
+
+/// I/O priority for the replay threads (`ioprio_set(2)`).
+///
+/// The priority is attached to the requests a thread submits, so it orders
+/// prefetch I/O against the application's own reads where the scheduler
+/// honours classes (BFQ; mq-deadline partially); `none` ignores it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum IoPriority {
+    /// Served only when no one else needs the disk.
+    Idle,
+    /// Best-effort at level 0 (highest) to 7 (lowest).
+    BestEffort(u8),
+}
+
+impl IoPriority {
+    const CLASS_SHIFT: u32 = 13;
+    const CLASS_BE: u16 = 2;
+    const CLASS_IDLE: u16 = 3;
+
+    /// The value `ioprio_set` takes (`IOPRIO_PRIO_VALUE(class, level)`).
+    pub fn raw(self) -> u16 {
+        match self {
+            IoPriority::Idle => Self::CLASS_IDLE << Self::CLASS_SHIFT,
+            IoPriority::BestEffort(level) => {
+                (Self::CLASS_BE << Self::CLASS_SHIFT) | u16::from(level.min(7))
+            }
+        }
+    }
+}
+
+impl fmt::Display for IoPriority {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IoPriority::Idle => f.write_str("idle"),
+            IoPriority::BestEffort(level) => write!(f, "best-effort:{level}"),
+        }
+    }
+}
+
+impl FromStr for IoPriority {
+    type Err = String;
+
+    /// Parses `idle`, `best-effort:N` or `be:N` (N in 0..=7).
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "idle" {
+            return Ok(IoPriority::Idle);
+        }
+        let level = s
+            .strip_prefix("best-effort:")
+            .or_else(|| s.strip_prefix("be:"))
+            .ok_or_else(|| {
+                format!("unknown I/O priority {s:?} (expected idle, be:N or best-effort:N)")
+            })?;
+        match level.parse::<u8>() {
+            Ok(n) if n <= 7 => Ok(IoPriority::BestEffort(n)),
+            _ => Err(format!("best-effort level must be 0..=7, got {level:?}")),
+        }
+    }
+}
+
+/// Everything replay does to the operating system.
+///
+/// Implementations must be usable from several worker threads at once.
+pub trait Backend: Sync {
+    /// An open regular file or block device. Dropping it closes it.
+    type Handle: Send + Sync;
+
+    /// Opens a regular file read-only for prefetching, without ever updating
+    /// its access time where that is allowed, and returns its identity as it
+    /// is now. Implementations should tell the kernel not to add readahead
+    /// of its own on this descriptor.
+    fn open_file(&self, path: &Path) -> Result<(Self::Handle, FileId), ReplayError>;
+
+    /// Opens block device `device` (`st_rdev` numbering) read-only.
+    fn open_device(&self, device: u64) -> Result<Self::Handle, ReplayError>;
+
+    /// Asks the kernel to read `offset..offset+len` into the page cache
+    /// without waiting for it. The engine never passes more than
+    /// [`Backend::read_ahead`] bytes.
+    fn prefetch(&self, handle: &Self::Handle, offset: u64, len: u64) -> Result<(), ReplayError>;
+
+    /// Repeats a path lookup to warm the dentry, inode and directory caches.
+    fn lookup(&self, kind: NsOpKind, path: &Path) -> Result<LookupOutcome, ReplayError>;
+
+    /// Current memory state.
+    fn memory(&self) -> Result<MemInfo, ReplayError>;
+
+    /// The most bytes one prefetch request reads on files of `st_dev ==
+    /// device` or on block device `device`, if known.
+    fn read_ahead(&self, device: u64) -> Option<u64>;
+
+    /// How much of `offset..offset+len` is in the page cache.
+    fn residency(
+        &self,
+        handle: &Self::Handle,
+        offset: u64,
+        len: u64,
+    ) -> Result<Residency, ReplayError>;
+
+    /// Sets the I/O priority of the calling thread.
+    fn set_io_priority(&self, prio: IoPriority) -> Result<(), ReplayError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn io_priority_parse_and_raw() {
+        let cases = [
+            ("idle", Ok(IoPriority::Idle), Some(3 << 13)),
+            ("be:0", Ok(IoPriority::BestEffort(0)), Some(2 << 13)),
+            (
+                "best-effort:7",
+                Ok(IoPriority::BestEffort(7)),
+                Some((2 << 13) | 7),
+            ),
+            ("be:8", Err(()), None),
+            ("rt:1", Err(()), None),
+        ];
+        for (text, want, raw) in cases {
+            let got = text.parse::<IoPriority>();
+            assert_eq!(got.clone().map_err(|_| ()), want, "{text}");
+            if let (Ok(p), Some(raw)) = (got, raw) {
+                assert_eq!(p.raw(), raw, "{text}");
+                assert_eq!(
+                    p.to_string().parse::<IoPriority>(),
+                    Ok(p),
+                    "{text} round trip"
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,954 @@
+//! The replay engine: walks a plan's schedule in order and hands each step
+//! to a small pool of worker threads through a bounded queue.
+//!
+//! Why this shape:
+//! - One dispatcher keeps the schedule order (FAST replays the launch
+//!   sequence in order so that the pages the application needs first arrive
+//!   first); several workers keep more than one request in flight, because
+//!   opening a file or walking a path blocks on metadata I/O while the disk
+//!   could already be reading the next file's data (Paralfetch).
+//! - The queue is bounded, so the prefetcher runs at most `workers +
+//!   queue_depth` requests ahead of what has completed and never floods the
+//!   block layer ahead of the application.
+//! - Requests are cut at the device's read-ahead size: one
+//!   `posix_fadvise(WILLNEED)` reads at most that much and silently drops
+//!   the rest (`force_page_cache_ra()` caps `nr_to_read`).
+//! - Files are opened lazily, on their first request, and checked against
+//!   the identity they had when recorded; a stale plan must never make us
+//!   read the wrong bytes (DESIGN §4). A file's descriptor is closed as soon
+//!   as its last request is issued, so large plans do not exhaust
+//!   descriptors.
+//! - A memory guard stops before the remaining schedule would push
+//!   `MemAvailable` under a floor (DESIGN §5, "do no harm").
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use warmstart_plan::trace::{FileId, PAGE_SIZE};
+use warmstart_plan::{Entry, Plan};
+
+use crate::backend::{Backend, IoPriority, LookupOutcome, MemInfo};
+use crate::error::dev_name;
+use crate::report::{
+    Count, IdField, LookupCounts, MemoryReport, Report, SkipReason, SkippedDevice, SkippedFile,
+    Timings, WaitReport,
+};
+use crate::ReplayError;
+
+/// How a replay runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    /// Worker threads issuing requests (at least 1).
+    pub workers: usize,
+    /// Requests queued for the workers beyond the ones they are executing.
+    pub queue_depth: usize,
+    /// I/O priority of the worker threads; `None` leaves it inherited.
+    pub io_priority: Option<IoPriority>,
+    /// Stop when `MemAvailable - bytes still to issue` would fall below this
+    /// many bytes. `None`: [`Options::default_memory_floor`] of the machine's
+    /// RAM; `Some(0)` turns the guard off.
+    pub memory_floor: Option<u64>,
+    /// How often `MemAvailable` is re-read; in between it is estimated by
+    /// subtracting the bytes issued since. Reading `/proc/meminfo` before
+    /// every one of thousands of entries would cost the application CPU.
+    pub memory_check_interval: Duration,
+    /// After issuing, wait up to this long for the issued ranges to be in
+    /// the page cache. `None`: return once the last request is issued.
+    pub wait: Option<Duration>,
+    /// Pause between residency checks while waiting.
+    pub wait_poll: Duration,
+}
+
+impl Options {
+    /// Request size when a device's read-ahead limit is unknown: the
+    /// kernel's default `read_ahead_kb`.
+    pub const DEFAULT_CHUNK: u64 = 128 * 1024;
+    /// A reasonable bound for [`Options::wait`].
+    pub const DEFAULT_WAIT_TIMEOUT: Duration = Duration::from_secs(30);
+    /// Smallest memory floor the default picks.
+    pub const MIN_MEMORY_FLOOR: u64 = 256 << 20;
+
+    /// Two to four workers, by available cores: more threads than cores
+    /// would only compete with the application being launched.
+    pub fn default_workers() -> usize {
+        thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2)
+            .clamp(2, 4)
+    }
+
+    /// The floor used when [`Options::memory_floor`] is `None`: 5% of RAM,
+    /// but at least 256 MiB, and never more than half of RAM.
+    pub fn default_memory_floor(total: u64) -> u64 {
+        (total / 20).max(Self::MIN_MEMORY_FLOOR).min(total / 2)
+    }
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        let workers = Options::default_workers();
+        Options {
+            workers,
+            queue_depth: 2 * workers,
+            io_priority: None,
+            memory_floor: None,
+            memory_check_interval: Duration::from_millis(10),
+            wait: None,
+            wait_poll: Duration::from_millis(2),
+        }
+    }
+}
+
+/// Replays `plan` with `backend`. See [`Engine`].
+pub fn replay<B: Backend>(plan: &Plan, opts: &Options, backend: &B) -> Result<Report, ReplayError> {
+    Engine::new(backend, opts.clone())?.run(plan)
+}
+
+/// Executes plans. Create one per replay, or reuse it for several plans.
+pub struct Engine<'b, B: Backend> {
+    backend: &'b B,
+    opts: Options,
+    cancel: Arc<AtomicBool>,
+}
+
+impl<'b, B: Backend> Engine<'b, B> {
+    pub fn new(backend: &'b B, opts: Options) -> Result<Self, ReplayError> {
+        if opts.workers == 0 {
+            return Err(ReplayError::Options("workers must be at least 1".into()));
+        }
+        if opts.workers > 64 {
+            return Err(ReplayError::Options(format!(
+                "{} workers is too many (at most 64)",
+                opts.workers
+            )));
+        }
+        Ok(Engine {
+            backend,
+            opts,
+            cancel: Arc::new(AtomicBool::new(false)),
+        })
+    }
+
+    pub fn options(&self) -> &Options {
+        &self.opts
+    }
+
+    /// A flag that, once set, stops the replay before its next entry (for
+    /// example when the launched application exits). The report then says
+    /// `cancelled`. Skips the residency wait too.
+    pub fn cancel_flag(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.cancel)
+    }
+
+    /// Replays `plan`: issues its schedule, then optionally waits for
+    /// residency. Fails only on an invalid plan, unreadable memory state at
+    /// start, or a worker thread that cannot be started; everything else is
+    /// counted in the [`Report`].
+    pub fn run(&self, plan: &Plan) -> Result<Report, ReplayError> {
+        plan.check()?;
+        let t0 = Instant::now();
+        let mem = self.backend.memory()?;
+        let floor = self
+            .opts
+            .memory_floor
+            .unwrap_or_else(|| Options::default_memory_floor(mem.total));
+        let state = State::new(self.backend, plan, &self.opts);
+        let setup = t0.elapsed();
+
+        let t1 = Instant::now();
+        let mut dispatch = Dispatch {
+            floor,
+            mem,
+            sample_at: Instant::now(),
+            dispatched_at_sample: 0,
+            stopped_by_memory: false,
+            cancelled: false,
+            not_reached: 0,
+            available_at_stop: None,
+            remaining_at_stop: None,
+        };
+        self.issue(plan, &state, &mut dispatch)?;
+        let issue = t1.elapsed();
+
+        let t2 = Instant::now();
+        let wait = match self.opts.wait {
+            Some(timeout) if !dispatch.cancelled => Some(self.wait(plan, &state, t2 + timeout)),
+            _ => None,
+        };
+        let wait_time = if wait.is_some() {
+            t2.elapsed()
+        } else {
+            Duration::ZERO
+        };
+
+        let mut report = state.report(plan);
+        report.workers = self.opts.workers;
+        report.queue_depth = self.opts.queue_depth;
+        report.entries_not_reached = dispatch.not_reached;
+        report.stopped_by_memory = dispatch.stopped_by_memory;
+        report.cancelled = dispatch.cancelled || self.cancel.load(Ordering::Relaxed);
+        report.memory = MemoryReport {
+            floor,
+            total: mem.total,
+            available_at_start: mem.available,
+            available_at_stop: dispatch.available_at_stop,
+            remaining_at_stop: dispatch.remaining_at_stop,
+        };
+        report.wait = wait;
+        let busy = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        report.timings = Timings {
+            total_ns: nanos(t0.elapsed()),
+            setup_ns: nanos(setup),
+            issue_ns: nanos(issue),
+            wait_ns: nanos(wait_time),
+            busy_open_ns: busy(&state.busy_open),
+            busy_data_ns: busy(&state.busy_data),
+            busy_meta_ns: busy(&state.busy_meta),
+            busy_lookup_ns: busy(&state.busy_lookup),
+        };
+        Ok(report)
+    }
+
+    /// The issue phase: this thread dispatches, the workers execute.
+    fn issue(
+        &self,
+        plan: &Plan,
+        state: &State<'_, B>,
+        d: &mut Dispatch,
+    ) -> Result<(), ReplayError> {
+        let (tx, rx) = sync_channel::<Work>(self.opts.queue_depth);
+        let rx = Mutex::new(rx);
+        thread::scope(|s| {
+            for i in 0..self.opts.workers {
+                let spawned = thread::Builder::new()
+                    .name(format!("ws-replay-{i}"))
+                    .spawn_scoped(s, || self.worker(state, &rx));
+                if let Err(source) = spawned {
+                    // Dropping `tx` on return lets the started workers exit.
+                    return Err(ReplayError::Thread { source });
+                }
+            }
+            let total = plan.data_bytes() + plan.meta_bytes();
+            let mut dispatched = 0u64;
+            for (i, entry) in plan.entries.iter().enumerate() {
+                if self.cancel.load(Ordering::Relaxed) {
+                    d.cancelled = true;
+                    d.not_reached = (plan.entries.len() - i) as u64;
+                    break;
+                }
+                if !self.memory_allows(state, d, dispatched, total - dispatched) {
+                    d.not_reached = (plan.entries.len() - i) as u64;
+                    break;
+                }
+                // A large entry is many requests: stop between them too.
+                let send = |w: Work| !self.cancel.load(Ordering::Relaxed) && tx.send(w).is_ok();
+                let sent = match *entry {
+                    Entry::Data { file, offset, len } => {
+                        let chunk = state.files[file as usize].chunk;
+                        split(offset, len, chunk).all(|(first, offset, len)| {
+                            send(Work::Data {
+                                file,
+                                offset,
+                                len,
+                                first,
+                            })
+                        })
+                    }
+                    Entry::Meta {
+                        device,
+                        offset,
+                        len,
+                    } => {
+                        let chunk = state.devices[&device].chunk;
+                        split(offset, len, chunk).all(|(first, offset, len)| {
+                            send(Work::Meta {
+                                device,
+                                offset,
+                                len,
+                                first,
+                            })
+                        })
+                    }
+                    Entry::Lookup { index } => send(Work::Lookup { index }),
+                };
+                if !sent {
+                    // Cancelled mid-entry (or every worker is gone, which
+                    // only a panic can cause and `thread::scope` re-raises).
+                    d.cancelled = self.cancel.load(Ordering::Relaxed);
+                    d.not_reached = (plan.entries.len() - i) as u64;
+                    break;
+                }
+                dispatched += entry_bytes(entry);
+            }
+            drop(tx);
+            Ok(())
+        })
+    }
+
+    /// The memory guard, checked before each entry.
+    fn memory_allows(
+        &self,
+        state: &State<'_, B>,
+        d: &mut Dispatch,
+        dispatched: u64,
+        remaining: u64,
+    ) -> bool {
+        if d.floor == 0 {
+            return true;
+        }
+        if d.sample_at.elapsed() >= self.opts.memory_check_interval {
+            match self.backend.memory() {
+                Ok(m) => {
+                    d.mem = m;
+                    d.sample_at = Instant::now();
+                    d.dispatched_at_sample = dispatched;
+                }
+                // Keep estimating from the last sample, which only gets more
+                // conservative as bytes are issued.
+                Err(e) => state.note(e.to_string()),
+            }
+        }
+        let available = d
+            .mem
+            .available
+            .saturating_sub(dispatched - d.dispatched_at_sample);
+        if available >= remaining.saturating_add(d.floor) {
+            return true;
+        }
+        d.stopped_by_memory = true;
+        d.available_at_stop = Some(available);
+        d.remaining_at_stop = Some(remaining);
+        false
+    }
+
+    fn worker(&self, state: &State<'_, B>, rx: &Mutex<Receiver<Work>>) {
+        if let Some(prio) = self.opts.io_priority {
+            if let Err(e) = self.backend.set_io_priority(prio) {
+                state.note(e.to_string());
+            }
+        }
+        loop {
+            // Holding the lock while blocked in recv is fine: the other
+            // workers would be waiting for work anyway.
+            let work = lock(rx).recv();
+            match work {
+                Ok(w) => state.execute(w),
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// The wait phase: poll residency of everything issued, in plan order,
+    /// until all of it is cached or the deadline passes.
+    fn wait(&self, plan: &Plan, state: &State<'_, B>, deadline: Instant) -> WaitReport {
+        let mut report = WaitReport::default();
+        for (i, slot) in state.files.iter().enumerate() {
+            let ranges = std::mem::take(&mut *lock(&slot.issued));
+            if ranges.is_empty() {
+                continue;
+            }
+            // Descriptors were closed after their last request; reopen and
+            // make sure it is still the same file.
+            let pf = &plan.files[i];
+            match self.backend.open_file(Path::new(&pf.path)) {
+                Ok((h, id)) if id == pf.id => {
+                    self.wait_ranges(state, &h, &ranges, deadline, &mut report)
+                }
+                _ => report.files_unchecked += 1,
+            }
+        }
+        for slot in state.devices.values() {
+            let ranges = std::mem::take(&mut *lock(&slot.issued));
+            if let DevState::Open(h) = &*lock(&slot.state) {
+                self.wait_ranges(state, h, &ranges, deadline, &mut report);
+            }
+        }
+        report
+    }
+
+    fn wait_ranges(
+        &self,
+        state: &State<'_, B>,
+        h: &B::Handle,
+        ranges: &[(u64, u64)],
+        deadline: Instant,
+        report: &mut WaitReport,
+    ) {
+        let mut pending: Vec<(u64, u64)> = merge(ranges);
+        // Once the deadline passed or the replay was cancelled, one more
+        // pass counts what is resident without waiting.
+        let mut last_pass = report.timed_out || self.cancel.load(Ordering::Relaxed);
+        loop {
+            let mut still = Vec::new();
+            for &(offset, len) in &pending {
+                match self.backend.residency(h, offset, len) {
+                    Ok(r) if r.complete() || last_pass => {
+                        report.pages += r.pages;
+                        report.resident += r.resident.min(r.pages);
+                    }
+                    Ok(_) => still.push((offset, len)),
+                    Err(e) => {
+                        report.errors += 1;
+                        state.note(e.to_string());
+                    }
+                }
+            }
+            if still.is_empty() {
+                return;
+            }
+            pending = still;
+            let now = Instant::now();
+            if self.cancel.load(Ordering::Relaxed) {
+                last_pass = true;
+            } else if now >= deadline {
+                report.timed_out = true;
+                last_pass = true;
+            } else {
+                thread::sleep(self.opts.wait_poll.min(deadline - now));
+            }
+        }
+    }
+}
+
+/// The dispatcher's running state.
+struct Dispatch {
+    floor: u64,
+    mem: MemInfo,
+    sample_at: Instant,
+    dispatched_at_sample: u64,
+    stopped_by_memory: bool,
+    cancelled: bool,
+    not_reached: u64,
+    available_at_stop: Option<u64>,
+    remaining_at_stop: Option<u64>,
+}
+
+/// One request for a worker.
+#[derive(Debug, Clone, Copy)]
+enum Work {
+    /// `first`: the first chunk of its entry, so entries are counted once.
+    Data {
+        file: u32,
+        offset: u64,
+        len: u64,
+        first: bool,
+    },
+    Meta {
+        device: u64,
+        offset: u64,
+        len: u64,
+        first: bool,
+    },
+    Lookup {
+        index: u32,
+    },
+}
+
+enum FileState<H> {
+    Unopened,
+    Open(Arc<H>),
+    /// All its requests are issued; the descriptor is closed.
+    Done,
+    Skipped(SkipReason),
+}
+
+struct FileSlot<H> {
+    state: Mutex<FileState<H>>,
+    /// Largest request on this file's device.
+    chunk: u64,
+    /// Requests not yet executed; the descriptor closes at zero.
+    chunks_left: AtomicU64,
+    skipped: Mutex<Count>,
+    /// Ranges issued, kept for the residency wait.
+    issued: Mutex<Vec<(u64, u64)>>,
+}
+
+enum DevState<H> {
+    Unopened,
+    Open(Arc<H>),
+    Failed(String),
+}
+
+struct DeviceSlot<H> {
+    state: Mutex<DevState<H>>,
+    chunk: u64,
+    skipped: Mutex<Count>,
+    issued: Mutex<Vec<(u64, u64)>>,
+}
+
+/// What the workers share.
+struct State<'a, B: Backend> {
+    backend: &'a B,
+    plan: &'a Plan,
+    keep_ranges: bool,
+    files: Vec<FileSlot<B::Handle>>,
+    devices: BTreeMap<u64, DeviceSlot<B::Handle>>,
+    data: Mutex<Count>,
+    meta: Mutex<Count>,
+    lookups: Mutex<LookupCounts>,
+    requests: AtomicU64,
+    files_opened: AtomicU64,
+    failed_requests: AtomicU64,
+    errors: Mutex<(Vec<String>, u64)>,
+    busy_open: AtomicU64,
+    busy_data: AtomicU64,
+    busy_meta: AtomicU64,
+    busy_lookup: AtomicU64,
+}
+
+/// How many problem messages a report keeps.
+const MAX_ERRORS: usize = 32;
+
+impl<'a, B: Backend> State<'a, B> {
+    fn new(backend: &'a B, plan: &'a Plan, opts: &Options) -> Self {
+        let mut chunks: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut chunk_of = |dev: u64| {
+            *chunks.entry(dev).or_insert_with(|| {
+                let ra = backend
+                    .read_ahead(dev)
+                    .filter(|&b| b > 0)
+                    .unwrap_or(Options::DEFAULT_CHUNK);
+                // Whole pages: the kernel's cap counts pages.
+                (ra / PAGE_SIZE).max(1) * PAGE_SIZE
+            })
+        };
+        let mut files: Vec<FileSlot<B::Handle>> = plan
+            .files
+            .iter()
+            .map(|f| FileSlot {
+                state: Mutex::new(FileState::Unopened),
+                chunk: chunk_of(f.id.dev),
+                chunks_left: AtomicU64::new(0),
+                skipped: Mutex::new(Count::default()),
+                issued: Mutex::new(Vec::new()),
+            })
+            .collect();
+        let mut devices = BTreeMap::new();
+        for e in &plan.entries {
+            match *e {
+                Entry::Data { file, offset, len } => {
+                    let slot = &mut files[file as usize];
+                    *slot.chunks_left.get_mut() += split(offset, len, slot.chunk).count() as u64;
+                }
+                Entry::Meta { device, .. } => {
+                    devices.entry(device).or_insert_with(|| DeviceSlot {
+                        state: Mutex::new(DevState::Unopened),
+                        chunk: chunk_of(device),
+                        skipped: Mutex::new(Count::default()),
+                        issued: Mutex::new(Vec::new()),
+                    });
+                }
+                Entry::Lookup { .. } => {}
+            }
+        }
+        State {
+            backend,
+            plan,
+            keep_ranges: opts.wait.is_some(),
+            files,
+            devices,
+            data: Mutex::new(Count::default()),
+            meta: Mutex::new(Count::default()),
+            lookups: Mutex::new(LookupCounts::default()),
+            requests: AtomicU64::new(0),
+            files_opened: AtomicU64::new(0),
+            failed_requests: AtomicU64::new(0),
+            errors: Mutex::new((Vec::new(), 0)),
+            busy_open: AtomicU64::new(0),
+            busy_data: AtomicU64::new(0),
+            busy_meta: AtomicU64::new(0),
+            busy_lookup: AtomicU64::new(0),
+        }
+    }
+
+    /// Records a problem that does not stop the replay.
+    fn note(&self, msg: String) {
+        let mut e = lock(&self.errors);
+        e.1 += 1;
+        if e.0.len() < MAX_ERRORS {
+            e.0.push(msg);
+        }
+    }
+
+    fn execute(&self, w: Work) {
+        match w {
+            Work::Data {
+                file,
+                offset,
+                len,
+                first,
+            } => self.data(file, offset, len, first),
+            Work::Meta {
+                device,
+                offset,
+                len,
+                first,
+            } => self.meta(device, offset, len, first),
+            Work::Lookup { index } => self.lookup(index),
+        }
+    }
+
+    fn data(&self, file: u32, offset: u64, len: u64, first: bool) {
+        let slot = &self.files[file as usize];
+        if let Some(h) = self.file_handle(file) {
+            let t = Instant::now();
+            let res = self.backend.prefetch(&h, offset, len);
+            self.busy_data
+                .fetch_add(nanos(t.elapsed()), Ordering::Relaxed);
+            match res {
+                Ok(()) => {
+                    self.requests.fetch_add(1, Ordering::Relaxed);
+                    let mut c = lock(&self.data);
+                    c.bytes += len;
+                    c.entries += u64::from(first);
+                    drop(c);
+                    if self.keep_ranges {
+                        lock(&slot.issued).push((offset, len));
+                    }
+                }
+                Err(e) => {
+                    self.failed_requests.fetch_add(1, Ordering::Relaxed);
+                    self.note(e.to_string());
+                }
+            }
+        } else {
+            let mut c = lock(&slot.skipped);
+            c.bytes += len;
+            c.entries += u64::from(first);
+        }
+        if slot.chunks_left.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let mut st = lock(&slot.state);
+            if matches!(*st, FileState::Open(_)) {
+                // Workers still holding a clone keep it open until they finish.
+                *st = FileState::Done;
+            }
+        }
+    }
+
+    /// The open descriptor of plan file `file`, opening and validating it on
+    /// first use; `None` if the file is skipped. Other workers wanting the
+    /// same file wait on the slot's lock rather than opening it twice.
+    fn file_handle(&self, file: u32) -> Option<Arc<B::Handle>> {
+        let slot = &self.files[file as usize];
+        let mut st = lock(&slot.state);
+        match &*st {
+            FileState::Open(h) => return Some(Arc::clone(h)),
+            FileState::Skipped(_) => return None,
+            FileState::Unopened | FileState::Done => {}
+        }
+        let pf = &self.plan.files[file as usize];
+        let t = Instant::now();
+        let opened = self.backend.open_file(Path::new(&pf.path));
+        self.busy_open
+            .fetch_add(nanos(t.elapsed()), Ordering::Relaxed);
+        match opened {
+            Ok((h, found)) => match check_identity(&pf.id, &found) {
+                None => {
+                    let h = Arc::new(h);
+                    if matches!(*st, FileState::Unopened) {
+                        self.files_opened.fetch_add(1, Ordering::Relaxed);
+                    }
+                    *st = FileState::Open(Arc::clone(&h));
+                    Some(h)
+                }
+                Some(reason) => {
+                    *st = FileState::Skipped(reason);
+                    None
+                }
+            },
+            Err(e) => {
+                *st = FileState::Skipped(skip_reason(&e));
+                None
+            }
+        }
+    }
+
+    fn meta(&self, device: u64, offset: u64, len: u64, first: bool) {
+        let slot = &self.devices[&device];
+        let handle = {
+            let mut st = lock(&slot.state);
+            if let DevState::Unopened = *st {
+                let t = Instant::now();
+                *st = match self.backend.open_device(device) {
+                    Ok(h) => DevState::Open(Arc::new(h)),
+                    Err(e) => DevState::Failed(e.to_string()),
+                };
+                self.busy_open
+                    .fetch_add(nanos(t.elapsed()), Ordering::Relaxed);
+            }
+            match &*st {
+                DevState::Open(h) => Some(Arc::clone(h)),
+                _ => None,
+            }
+        };
+        let issued = handle.is_some_and(|h| {
+            let t = Instant::now();
+            let res = self.backend.prefetch(&h, offset, len);
+            self.busy_meta
+                .fetch_add(nanos(t.elapsed()), Ordering::Relaxed);
+            match res {
+                Ok(()) => true,
+                Err(e) => {
+                    // E.g. a device that refuses fadvise: skip all its
+                    // metadata from here on rather than fail request by
+                    // request.
+                    let mut st = lock(&slot.state);
+                    if matches!(*st, DevState::Open(_)) {
+                        *st = DevState::Failed(e.to_string());
+                    }
+                    false
+                }
+            }
+        });
+        if issued {
+            self.requests.fetch_add(1, Ordering::Relaxed);
+            let mut c = lock(&self.meta);
+            c.bytes += len;
+            c.entries += u64::from(first);
+            drop(c);
+            if self.keep_ranges {
+                lock(&slot.issued).push((offset, len));
+            }
+        } else {
+            let mut c = lock(&slot.skipped);
+            c.bytes += len;
+            c.entries += u64::from(first);
+        }
+    }
+
+    fn lookup(&self, index: u32) {
+        let l = &self.plan.lookups[index as usize];
+        let t = Instant::now();
+        let res = self.backend.lookup(l.kind, Path::new(&l.path));
+        self.busy_lookup
+            .fetch_add(nanos(t.elapsed()), Ordering::Relaxed);
+        let mut c = lock(&self.lookups);
+        c.done += 1;
+        match res {
+            Ok(LookupOutcome::Found) => c.found += 1,
+            Ok(LookupOutcome::NotFound) => c.not_found += 1,
+            Ok(LookupOutcome::StatOnly) => c.stat_only += 1,
+            Err(e) => {
+                c.failed += 1;
+                drop(c);
+                self.note(e.to_string());
+            }
+        }
+    }
+
+    fn report(&self, plan: &Plan) -> Report {
+        let mut r = Report {
+            entries_total: plan.entries.len() as u64,
+            data: *lock(&self.data),
+            meta: *lock(&self.meta),
+            lookups: *lock(&self.lookups),
+            requests: self.requests.load(Ordering::Relaxed),
+            files_opened: self.files_opened.load(Ordering::Relaxed),
+            failed_requests: self.failed_requests.load(Ordering::Relaxed),
+            ..Report::default()
+        };
+        r.entries_issued = r.data.entries + r.meta.entries + r.lookups.done;
+        for (slot, pf) in self.files.iter().zip(&plan.files) {
+            if let FileState::Skipped(reason) = &*lock(&slot.state) {
+                let c = *lock(&slot.skipped);
+                r.skipped_data.entries += c.entries;
+                r.skipped_data.bytes += c.bytes;
+                r.skipped_files.push(SkippedFile {
+                    path: pf.path.clone(),
+                    reason: reason.clone(),
+                    entries: c.entries,
+                    bytes: c.bytes,
+                });
+            }
+        }
+        for (&device, slot) in &self.devices {
+            let c = *lock(&slot.skipped);
+            if c.entries == 0 && c.bytes == 0 {
+                continue;
+            }
+            r.skipped_meta.entries += c.entries;
+            r.skipped_meta.bytes += c.bytes;
+            let error = match &*lock(&slot.state) {
+                DevState::Failed(e) => e.clone(),
+                _ => String::new(),
+            };
+            r.skipped_devices.push(SkippedDevice {
+                device,
+                name: dev_name(device),
+                error,
+                entries: c.entries,
+                bytes: c.bytes,
+            });
+        }
+        let e = lock(&self.errors);
+        r.errors = e.0.clone();
+        r.error_count = e.1;
+        r
+    }
+}
+
+/// `None` if `found` is the file the plan recorded.
+fn check_identity(planned: &FileId, found: &FileId) -> Option<SkipReason> {
+    let fields = IdField::diff(planned, found);
+    if fields.is_empty() {
+        return None;
+    }
+    Some(SkipReason::Changed {
+        fields,
+        planned: *planned,
+        found: *found,
+    })
+}
+
+fn skip_reason(e: &ReplayError) -> SkipReason {
+    match e {
+        ReplayError::Open { source, .. }
+            if source.kind() == std::io::ErrorKind::NotFound
+                || source.raw_os_error() == Some(libc::ENOTDIR) =>
+        {
+            SkipReason::Missing
+        }
+        ReplayError::NotRegular { .. } => SkipReason::NotRegular,
+        other => SkipReason::OpenFailed {
+            error: other.to_string(),
+        },
+    }
+}
+
+/// Splits `offset..offset+len` into requests covering at most `chunk` bytes
+/// of whole pages each, yielding `(first, offset, len)`. Boundaries fall on
+/// page multiples of `chunk` from the first page, so no request spans more
+/// pages than the kernel reads in one call, and the original range is
+/// covered exactly.
+fn split(offset: u64, len: u64, chunk: u64) -> impl Iterator<Item = (bool, u64, u64)> {
+    let end = offset + len;
+    let base = offset / PAGE_SIZE * PAGE_SIZE;
+    let mut start = offset;
+    std::iter::from_fn(move || {
+        if start >= end {
+            return None;
+        }
+        let first = start == offset;
+        // The next boundary after `start`, counted from the first page.
+        let stop = (base + ((start - base) / chunk + 1) * chunk).min(end);
+        let piece = (first, start, stop - start);
+        start = stop;
+        Some(piece)
+    })
+}
+
+/// Sorts ranges and merges overlapping or touching ones.
+fn merge(ranges: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut v = ranges.to_vec();
+    v.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(v.len());
+    for (o, l) in v {
+        match out.last_mut() {
+            Some((po, pl)) if *po + *pl >= o => *pl = (*pl).max(o + l - *po),
+            _ => out.push((o, l)),
+        }
+    }
+    out
+}
+
+fn entry_bytes(e: &Entry) -> u64 {
+    match *e {
+        Entry::Data { len, .. } | Entry::Meta { len, .. } => len,
+        Entry::Lookup { .. } => 0,
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Locks, ignoring poisoning: the data behind these locks are counters and
+/// slots that stay consistent even if a holder panicked, and the panic
+/// itself is re-raised by `thread::scope`.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_table() {
+        const P: u64 = PAGE_SIZE;
+        // (name, offset, len, chunk, want)
+        type Case = (&'static str, u64, u64, u64, Vec<(bool, u64, u64)>);
+        let cases: Vec<Case> = vec![
+            ("fits in one", 0, 8 * P, 32 * P, vec![(true, 0, 8 * P)]),
+            (
+                "exact multiple",
+                0,
+                64 * P,
+                32 * P,
+                vec![(true, 0, 32 * P), (false, 32 * P, 32 * P)],
+            ),
+            (
+                "remainder",
+                P,
+                70 * P,
+                32 * P,
+                vec![
+                    (true, P, 32 * P),
+                    (false, 33 * P, 32 * P),
+                    (false, 65 * P, 6 * P),
+                ],
+            ),
+            (
+                "unaligned start stays within the page cap",
+                100,
+                3 * P,
+                2 * P,
+                vec![(true, 100, 2 * P - 100), (false, 2 * P, P + 100)],
+            ),
+            (
+                "one page chunks",
+                0,
+                3 * P,
+                P,
+                vec![(true, 0, P), (false, P, P), (false, 2 * P, P)],
+            ),
+        ];
+        for (name, offset, len, chunk, want) in cases {
+            let got: Vec<_> = split(offset, len, chunk).collect();
+            assert_eq!(got, want, "{name}");
+            let covered: u64 = got.iter().map(|c| c.2).sum();
+            assert_eq!(covered, len, "{name}: covers the range exactly");
+            for &(_, o, l) in &got {
+                let pages = (o + l).div_ceil(P) - o / P;
+                assert!(pages * P <= chunk, "{name}: {o}+{l} spans {pages} pages");
+            }
+        }
+    }
+
+    #[test]
+    fn merge_table() {
+        type Ranges = Vec<(u64, u64)>;
+        let cases: Vec<(Ranges, Ranges)> = vec![
+            (vec![], vec![]),
+            (vec![(10, 5), (0, 10)], vec![(0, 15)]),
+            (vec![(0, 4), (8, 4)], vec![(0, 4), (8, 4)]),
+            (vec![(0, 10), (2, 3)], vec![(0, 10)]),
+        ];
+        for (input, want) in cases {
+            assert_eq!(merge(&input), want, "{input:?}");
+        }
+    }
+
+    #[test]
+    fn default_memory_floor() {
+        const G: u64 = 1 << 30;
+        assert_eq!(Options::default_memory_floor(24 * G), 24 * G / 20);
+        assert_eq!(Options::default_memory_floor(2 * G), 256 << 20);
+        assert_eq!(Options::default_memory_floor(256 << 20), 128 << 20);
+    }
+}

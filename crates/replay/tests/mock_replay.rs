@@ -1,0 +1,806 @@
+//! The engine's behaviour against the scripted backend: validation,
+//! skipping, chunking, bounded concurrency, the memory guard, ordering and
+//! the residency wait. No privileges needed.
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use warmstart_plan::plan::{Lookup, PlanFile, PlanMeta};
+use warmstart_plan::trace::{FileId, NsOpKind};
+use warmstart_plan::{Entry, Plan};
+use warmstart_replay::mock::{Call, MockBackend};
+use warmstart_replay::{
+    replay, Count, Engine, IdField, IoPriority, LookupOutcome, MemInfo, Options, ReplayError,
+    SkipReason,
+};
+
+const K: u64 = 1024;
+const M: u64 = 1024 * 1024;
+const G: u64 = 1024 * M;
+
+fn sda() -> u64 {
+    libc::makedev(8, 0)
+}
+
+fn id(ino: u64) -> FileId {
+    FileId {
+        dev: sda(),
+        ino,
+        size: 64 * M,
+        mtime_ns: 1_000,
+        ctime_ns: 2_000,
+    }
+}
+
+fn plan(files: &[(&str, FileId)], lookups: &[(NsOpKind, &str)], entries: Vec<Entry>) -> Plan {
+    Plan {
+        meta: PlanMeta {
+            command: vec!["app".into()],
+            created_unix_ms: 0,
+            traces: 1,
+            min_traces: 1,
+            passes: vec![],
+            sorted: false,
+        },
+        files: files
+            .iter()
+            .map(|(p, id)| PlanFile {
+                path: p.to_string(),
+                id: *id,
+            })
+            .collect(),
+        lookups: lookups
+            .iter()
+            .map(|(kind, p)| Lookup {
+                kind: *kind,
+                path: p.to_string(),
+            })
+            .collect(),
+        entries,
+    }
+}
+
+fn data(file: u32, offset: u64, len: u64) -> Entry {
+    Entry::Data { file, offset, len }
+}
+
+fn opts(workers: usize) -> Options {
+    Options {
+        workers,
+        queue_depth: 2,
+        memory_check_interval: Duration::ZERO,
+        ..Options::default()
+    }
+}
+
+/// The calls that touch files, devices or paths, in order.
+fn io_calls(b: &MockBackend) -> Vec<Call> {
+    b.calls()
+        .into_iter()
+        .filter(|c| !matches!(c, Call::Memory | Call::IoPriority(_)))
+        .collect()
+}
+
+fn prefetch(target: &str, offset: u64, len: u64) -> Call {
+    Call::Prefetch {
+        target: target.into(),
+        offset,
+        len,
+    }
+}
+
+#[test]
+fn changed_file_is_skipped_with_all_its_entries() {
+    let mut changed = id(2);
+    changed.size += 1;
+    changed.mtime_ns += 5;
+    let b = MockBackend::new()
+        .with_file("/a", id(1))
+        .with_file("/b", changed);
+    let p = plan(
+        &[("/a", id(1)), ("/b", id(2))],
+        &[],
+        vec![
+            data(0, 0, 8 * K),
+            data(1, 0, 8 * K),
+            data(1, 64 * K, 4 * K),
+            data(0, 8 * K, 8 * K),
+        ],
+    );
+    let r = replay(&p, &opts(1), &b).unwrap();
+
+    assert_eq!(
+        r.data,
+        Count {
+            entries: 2,
+            bytes: 16 * K
+        }
+    );
+    assert_eq!(
+        r.skipped_data,
+        Count {
+            entries: 2,
+            bytes: 12 * K
+        }
+    );
+    assert_eq!(r.skipped_files.len(), 1);
+    let s = &r.skipped_files[0];
+    assert_eq!((s.path.as_str(), s.entries, s.bytes), ("/b", 2, 12 * K));
+    match &s.reason {
+        SkipReason::Changed {
+            fields,
+            planned,
+            found,
+        } => {
+            assert_eq!(fields, &vec![IdField::Size, IdField::Mtime]);
+            assert_eq!((*planned, *found), (id(2), changed));
+        }
+        other => panic!("want changed, got {other:?}"),
+    }
+    assert_eq!(s.reason.to_string(), "changed (size, mtime)");
+    let calls = io_calls(&b);
+    assert!(!calls
+        .iter()
+        .any(|c| matches!(c, Call::Prefetch { target, .. } if target == "/b")));
+    let opens_b = calls
+        .iter()
+        .filter(|c| **c == Call::OpenFile("/b".into()))
+        .count();
+    assert_eq!(opens_b, 1, "a skipped file is not retried per entry");
+    assert_eq!(r.files_opened, 1);
+    assert_eq!(r.entries_issued, 2);
+}
+
+#[test]
+fn skip_reasons_table() {
+    let b = MockBackend::new()
+        .with_failing_file("/denied", libc::EACCES)
+        .with_failing_file("/gone-dir/x", libc::ENOTDIR)
+        .with_non_regular("/fifo");
+    let files = [
+        ("/absent", id(1)),
+        ("/denied", id(2)),
+        ("/gone-dir/x", id(3)),
+        ("/fifo", id(4)),
+    ];
+    let entries = (0..4).map(|i| data(i, 0, 4 * K)).collect();
+    let r = replay(&plan(&files, &[], entries), &opts(2), &b).unwrap();
+    let got: Vec<(String, String)> = r
+        .skipped_files
+        .iter()
+        .map(|s| (s.path.clone(), s.reason.to_string()))
+        .collect();
+    let want = [
+        ("/absent", "missing"),
+        (
+            "/denied",
+            "open failed: cannot open /denied: Permission denied (os error 13)",
+        ),
+        ("/gone-dir/x", "missing"),
+        ("/fifo", "not a regular file"),
+    ];
+    let want: Vec<(String, String)> = want
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+    assert_eq!(got, want);
+    assert_eq!(r.data, Count::default());
+    assert_eq!(
+        r.skipped_data,
+        Count {
+            entries: 4,
+            bytes: 16 * K
+        }
+    );
+}
+
+#[test]
+fn requests_are_cut_at_the_devices_read_ahead() {
+    let other = FileId {
+        dev: libc::makedev(0, 40),
+        ..id(9)
+    };
+    let meta_dev = libc::makedev(8, 1);
+    let b = MockBackend::new()
+        .with_file("/a", id(1))
+        .with_file("/btrfs", other)
+        .with_read_ahead(sda(), 64 * K)
+        .with_read_ahead(meta_dev, 16 * K)
+        .with_device(meta_dev);
+    let p = plan(
+        &[("/a", id(1)), ("/btrfs", other)],
+        &[],
+        vec![
+            data(0, 4 * K, 200 * K),
+            data(1, 0, 300 * K),
+            Entry::Meta {
+                device: meta_dev,
+                offset: 0,
+                len: 40 * K,
+            },
+        ],
+    );
+    let r = replay(&p, &opts(1), &b).unwrap();
+    let dev = "dev:8:1";
+    let want = vec![
+        Call::OpenFile("/a".into()),
+        prefetch("/a", 4 * K, 64 * K),
+        prefetch("/a", 68 * K, 64 * K),
+        prefetch("/a", 132 * K, 64 * K),
+        prefetch("/a", 196 * K, 8 * K),
+        Call::OpenFile("/btrfs".into()),
+        // Unknown read-ahead: the kernel default, 128 KiB.
+        prefetch("/btrfs", 0, 128 * K),
+        prefetch("/btrfs", 128 * K, 128 * K),
+        prefetch("/btrfs", 256 * K, 44 * K),
+        Call::OpenDevice(meta_dev),
+        prefetch(dev, 0, 16 * K),
+        prefetch(dev, 16 * K, 16 * K),
+        prefetch(dev, 32 * K, 8 * K),
+    ];
+    assert_eq!(io_calls(&b), want);
+    assert_eq!(r.requests, 10);
+    assert_eq!(
+        r.data,
+        Count {
+            entries: 2,
+            bytes: 500 * K
+        }
+    );
+    assert_eq!(
+        r.meta,
+        Count {
+            entries: 1,
+            bytes: 40 * K
+        }
+    );
+}
+
+#[test]
+fn schedule_order_is_kept_with_one_worker() {
+    let dev = libc::makedev(8, 1);
+    let b = MockBackend::new()
+        .with_file("/lib.so", id(1))
+        .with_file("/app", id(2))
+        .with_device(dev);
+    let p = plan(
+        &[("/lib.so", id(1)), ("/app", id(2))],
+        &[(NsOpKind::Exec, "/app"), (NsOpKind::DirRead, "/etc")],
+        vec![
+            Entry::Meta {
+                device: dev,
+                offset: 8 * K,
+                len: 4 * K,
+            },
+            Entry::Lookup { index: 0 },
+            data(1, 0, 4 * K),
+            Entry::Lookup { index: 1 },
+            data(0, 16 * K, 4 * K),
+            data(1, 4 * K, 4 * K),
+            Entry::Meta {
+                device: dev,
+                offset: 0,
+                len: 4 * K,
+            },
+            data(0, 0, 4 * K),
+        ],
+    );
+    let r = replay(&p, &opts(1), &b).unwrap();
+    let want = vec![
+        Call::OpenDevice(dev),
+        prefetch("dev:8:1", 8 * K, 4 * K),
+        Call::Lookup(NsOpKind::Exec, "/app".into()),
+        Call::OpenFile("/app".into()),
+        prefetch("/app", 0, 4 * K),
+        Call::Lookup(NsOpKind::DirRead, "/etc".into()),
+        Call::OpenFile("/lib.so".into()),
+        prefetch("/lib.so", 16 * K, 4 * K),
+        prefetch("/app", 4 * K, 4 * K),
+        prefetch("dev:8:1", 0, 4 * K),
+        prefetch("/lib.so", 0, 4 * K),
+    ];
+    assert_eq!(io_calls(&b), want);
+    assert_eq!(r.entries_issued, 8);
+    assert_eq!(r.entries_total, 8);
+}
+
+#[test]
+fn every_request_is_issued_once_with_many_workers() {
+    let mut b = MockBackend::new().with_read_ahead(sda(), 16 * K);
+    let mut files = Vec::new();
+    for i in 0..20u64 {
+        b = b.with_file(format!("/f{i}"), id(i));
+    }
+    let names: Vec<String> = (0..20).map(|i| format!("/f{i}")).collect();
+    for (i, n) in names.iter().enumerate() {
+        files.push((n.as_str(), id(i as u64)));
+    }
+    let entries = (0..200u64)
+        .map(|i| data((i % 20) as u32, (i / 20) * 64 * K, 64 * K))
+        .collect();
+    let r = replay(&plan(&files, &[], entries), &opts(4), &b).unwrap();
+    assert_eq!(
+        r.data,
+        Count {
+            entries: 200,
+            bytes: 200 * 64 * K
+        }
+    );
+    assert_eq!(r.requests, 800);
+    let mut seen: Vec<(String, u64)> = b
+        .calls()
+        .into_iter()
+        .filter_map(|c| match c {
+            Call::Prefetch { target, offset, .. } => Some((target, offset)),
+            _ => None,
+        })
+        .collect();
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), 800, "no request lost or repeated");
+    for n in &names {
+        let opens = b
+            .calls()
+            .iter()
+            .filter(|c| **c == Call::OpenFile(PathBuf::from(n)))
+            .count();
+        assert_eq!(
+            opens, 1,
+            "{n} opened once although several workers wanted it"
+        );
+    }
+    assert!(b.max_in_flight() <= 4);
+}
+
+/// While every worker is stuck in a request, the dispatcher may only run
+/// `workers + queue_depth` requests ahead (plus the one it is trying to
+/// hand over); it must not race through the schedule.
+#[test]
+fn outstanding_requests_are_bounded() {
+    let b = MockBackend::new().with_file("/a", id(1));
+    let entries = (0..50u64).map(|i| data(0, i * 4 * K, 4 * K)).collect();
+    let p = plan(&[("/a", id(1))], &[], entries);
+    let o = Options {
+        workers: 2,
+        queue_depth: 3,
+        memory_check_interval: Duration::ZERO,
+        ..Options::default()
+    };
+    b.hold();
+    let r = std::thread::scope(|s| {
+        let run = s.spawn(|| replay(&p, &o, &b));
+        let t = Instant::now();
+        while b.in_flight() < 2 && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(b.in_flight(), 2, "both workers picked up a request");
+        // Give an unbounded dispatcher every chance to run ahead.
+        std::thread::sleep(Duration::from_millis(200));
+        // One memory read at setup, then one per entry dispatched.
+        let checked = b.calls().iter().filter(|c| **c == Call::Memory).count() - 1;
+        assert!(
+            checked <= 2 + 3 + 1,
+            "dispatcher ran {checked} entries ahead"
+        );
+        b.release();
+        run.join().unwrap()
+    })
+    .unwrap();
+    assert_eq!(r.data.entries, 50);
+    assert_eq!(b.max_in_flight(), 2);
+}
+
+fn mem(available: u64) -> MemInfo {
+    MemInfo {
+        total: 32 * G,
+        available,
+    }
+}
+
+#[test]
+fn memory_guard_stops_before_the_floor() {
+    let b = MockBackend::new()
+        .with_file("/a", id(1))
+        // setup, entry 0, entry 1, entry 2 ...
+        .with_memory([mem(16 * G), mem(16 * G), mem(16 * G), mem(G + 500 * M)]);
+    let entries = (0..10u64).map(|i| data(0, i * 100 * M, 100 * M)).collect();
+    let o = Options {
+        memory_floor: Some(G),
+        ..opts(1)
+    };
+    let r = replay(&plan(&[("/a", id(1))], &[], entries), &o, &b).unwrap();
+    assert!(r.stopped_by_memory);
+    assert_eq!(
+        r.data,
+        Count {
+            entries: 2,
+            bytes: 200 * M
+        }
+    );
+    assert_eq!(r.entries_not_reached, 8);
+    assert_eq!(r.memory.floor, G);
+    assert_eq!(r.memory.available_at_stop, Some(G + 500 * M));
+    assert_eq!(r.memory.remaining_at_stop, Some(800 * M));
+}
+
+#[test]
+fn memory_guard_table() {
+    // (name, MemAvailable, floor option, entries issued, stopped)
+    let cases = [
+        ("plenty", 16 * G, None, 10, false),
+        (
+            "plan does not fit above the floor: nothing issued",
+            G,
+            Some(512 * M),
+            0,
+            true,
+        ),
+        (
+            "default floor is 5% of 32 GiB",
+            1600 * M + 1000 * M,
+            None,
+            0,
+            true,
+        ),
+        (
+            "just fits above the default floor",
+            32 * G / 20 + 1000 * M,
+            None,
+            10,
+            false,
+        ),
+        ("guard off", M, Some(0), 10, false),
+    ];
+    for (name, available, floor, issued, stopped) in cases {
+        let b = MockBackend::new()
+            .with_file("/a", id(1))
+            .with_memory([mem(available)]);
+        let entries = (0..10u64).map(|i| data(0, i * 100 * M, 100 * M)).collect();
+        let o = Options {
+            memory_floor: floor,
+            ..opts(1)
+        };
+        let r = replay(&plan(&[("/a", id(1))], &[], entries), &o, &b).unwrap();
+        assert_eq!(
+            (r.data.entries, r.stopped_by_memory),
+            (issued, stopped),
+            "{name}"
+        );
+    }
+}
+
+/// Between samples the guard subtracts what it issued, so a stale sample
+/// cannot let it overshoot.
+#[test]
+fn memory_guard_estimates_between_samples() {
+    let b = MockBackend::new()
+        .with_file("/a", id(1))
+        .with_memory([mem(G + 600 * M)]);
+    let entries = (0..10u64).map(|i| data(0, i * 100 * M, 100 * M)).collect();
+    let o = Options {
+        memory_floor: Some(G),
+        memory_check_interval: Duration::from_secs(3600),
+        ..opts(1)
+    };
+    let r = replay(&plan(&[("/a", id(1))], &[], entries), &o, &b).unwrap();
+    // Stops at once: 1.6 GiB - 1000 MiB of plan < 1 GiB floor.
+    assert_eq!(r.data.entries, 0);
+    assert!(r.stopped_by_memory);
+    assert_eq!(
+        b.calls().iter().filter(|c| **c == Call::Memory).count(),
+        1,
+        "sampled once"
+    );
+}
+
+#[test]
+fn metadata_of_an_unopenable_device_is_skipped_and_the_failure_cached() {
+    let vda = libc::makedev(254, 0);
+    let b = MockBackend::new().with_file("/a", id(1));
+    let p = plan(
+        &[("/a", id(1))],
+        &[(NsOpKind::Stat, "/a")],
+        vec![
+            Entry::Meta {
+                device: vda,
+                offset: 0,
+                len: 4 * K,
+            },
+            Entry::Lookup { index: 0 },
+            Entry::Meta {
+                device: vda,
+                offset: 64 * K,
+                len: 8 * K,
+            },
+            data(0, 0, 4 * K),
+        ],
+    );
+    let r = replay(&p, &opts(2), &b).unwrap();
+    assert_eq!(
+        r.skipped_meta,
+        Count {
+            entries: 2,
+            bytes: 12 * K
+        }
+    );
+    assert_eq!(r.meta, Count::default());
+    assert_eq!(r.skipped_devices.len(), 1);
+    assert_eq!(r.skipped_devices[0].name, "254:0");
+    assert!(
+        r.skipped_devices[0]
+            .error
+            .contains("Operation not permitted"),
+        "{:?}",
+        r.skipped_devices
+    );
+    let opens = b
+        .calls()
+        .iter()
+        .filter(|c| **c == Call::OpenDevice(vda))
+        .count();
+    assert_eq!(opens, 1);
+    assert_eq!(r.lookups.done, 1);
+    assert_eq!(r.data.entries, 1);
+}
+
+#[test]
+fn lookup_outcomes_are_counted() {
+    let b = MockBackend::new()
+        .with_lookup("/nope", Ok(LookupOutcome::NotFound))
+        .with_lookup("/root-only", Err(libc::EACCES))
+        .with_lookup("/usr/lib", Ok(LookupOutcome::StatOnly));
+    let lookups = [
+        (NsOpKind::Stat, "/etc/ld.so.cache"),
+        (NsOpKind::Open, "/nope"),
+        (NsOpKind::Stat, "/root-only"),
+        (NsOpKind::DirRead, "/usr/lib"),
+    ];
+    let entries = (0..4).map(|index| Entry::Lookup { index }).collect();
+    let r = replay(&plan(&[], &lookups, entries), &opts(2), &b).unwrap();
+    assert_eq!(
+        (
+            r.lookups.done,
+            r.lookups.found,
+            r.lookups.not_found,
+            r.lookups.stat_only,
+            r.lookups.failed
+        ),
+        (4, 1, 1, 1, 1)
+    );
+    assert_eq!(r.error_count, 1);
+    assert!(r.errors[0].contains("/root-only"), "{:?}", r.errors);
+}
+
+#[test]
+fn wait_polls_until_resident() {
+    let b = MockBackend::new()
+        .with_file("/a", id(1))
+        .with_device(libc::makedev(8, 1))
+        .with_not_resident_polls(3);
+    let p = plan(
+        &[("/a", id(1))],
+        &[],
+        vec![
+            data(0, 0, 64 * K),
+            data(0, 64 * K, 64 * K),
+            Entry::Meta {
+                device: libc::makedev(8, 1),
+                offset: 0,
+                len: 8 * K,
+            },
+        ],
+    );
+    let o = Options {
+        wait: Some(Duration::from_secs(10)),
+        wait_poll: Duration::from_millis(1),
+        ..opts(2)
+    };
+    let r = replay(&p, &o, &b).unwrap();
+    let w = r.wait.unwrap();
+    assert!(!w.timed_out);
+    assert_eq!((w.pages, w.resident), (34, 34));
+    // The two touching data ranges are checked as one.
+    let polls: Vec<_> = b
+        .calls()
+        .into_iter()
+        .filter(|c| matches!(c, Call::Residency { .. }))
+        .collect();
+    assert!(polls.contains(&Call::Residency {
+        target: "/a".into(),
+        offset: 0,
+        len: 128 * K
+    }));
+    assert_eq!(
+        polls.len(),
+        5,
+        "3 blind polls, then one per range: {polls:?}"
+    );
+}
+
+#[test]
+fn wait_times_out_and_reports_what_is_resident() {
+    let b = MockBackend::new()
+        .with_file("/a", id(1))
+        .with_not_resident_polls(u64::MAX);
+    let p = plan(&[("/a", id(1))], &[], vec![data(0, 0, 16 * K)]);
+    let o = Options {
+        wait: Some(Duration::from_millis(30)),
+        ..opts(1)
+    };
+    let r = replay(&p, &o, &b).unwrap();
+    let w = r.wait.unwrap();
+    assert!(w.timed_out);
+    assert_eq!((w.pages, w.resident), (4, 0));
+}
+
+#[test]
+fn wait_skips_files_that_changed_meanwhile() {
+    // The mock reports id(2) on every open, so the plan's id(1) never
+    // matches: the file is skipped and nothing is waited for.
+    let b = MockBackend::new().with_file("/a", id(2));
+    let p = plan(&[("/a", id(1))], &[], vec![data(0, 0, 16 * K)]);
+    let o = Options {
+        wait: Some(Duration::from_secs(1)),
+        ..opts(1)
+    };
+    let r = replay(&p, &o, &b).unwrap();
+    assert_eq!(r.wait.unwrap().pages, 0);
+    assert_eq!(r.skipped_files.len(), 1);
+}
+
+#[test]
+fn io_priority_is_set_on_every_worker() {
+    let b = MockBackend::new();
+    let o = Options {
+        io_priority: Some(IoPriority::Idle),
+        ..opts(3)
+    };
+    replay(&plan(&[], &[], vec![]), &o, &b).unwrap();
+    let n = b
+        .calls()
+        .iter()
+        .filter(|c| **c == Call::IoPriority(IoPriority::Idle))
+        .count();
+    assert_eq!(n, 3);
+}
+
+#[test]
+fn cancel_stops_before_the_next_entry() {
+    let b = MockBackend::new().with_file("/a", id(1));
+    let p = plan(
+        &[("/a", id(1))],
+        &[],
+        vec![data(0, 0, 4 * K), data(0, 4 * K, 4 * K)],
+    );
+    let e = Engine::new(&b, opts(1)).unwrap();
+    e.cancel_flag().store(true, Ordering::Relaxed);
+    let r = e.run(&p).unwrap();
+    assert!(r.cancelled);
+    assert_eq!((r.entries_issued, r.entries_not_reached), (0, 2));
+}
+
+#[test]
+fn invalid_plans_and_options_are_refused() {
+    let b = MockBackend::new();
+    let bad = plan(&[], &[], vec![data(3, 0, 4 * K)]);
+    assert!(matches!(
+        replay(&bad, &opts(1), &b),
+        Err(ReplayError::Plan(_))
+    ));
+    assert!(matches!(
+        Engine::new(&b, opts(0)),
+        Err(ReplayError::Options(_))
+    ));
+}
+
+#[test]
+fn report_serializes_to_json() {
+    let mut changed = id(1);
+    changed.ino = 77;
+    let b = MockBackend::new().with_file("/a", changed);
+    let p = plan(
+        &[("/a", id(1)), ("/gone", id(2))],
+        &[],
+        vec![data(0, 0, 4 * K), data(1, 0, 4 * K)],
+    );
+    let r = replay(&p, &opts(1), &b).unwrap();
+    let v = serde_json::to_value(&r).unwrap();
+    let skipped = &v["skipped_files"];
+    assert_eq!(skipped[0]["path"], "/a");
+    assert_eq!(skipped[0]["reason"], "changed");
+    assert_eq!(skipped[0]["fields"], serde_json::json!(["ino"]));
+    assert_eq!(skipped[0]["found"]["ino"], 77);
+    assert_eq!(skipped[1]["reason"], "missing");
+    assert_eq!(v["stopped_by_memory"], false);
+    assert!(v["timings"]["issue_ns"].is_u64());
+    let back: warmstart_replay::Report = serde_json::from_value(v).unwrap();
+    assert_eq!(back, r);
+}
+
+#[test]
+fn cancel_during_replay_stops_between_requests() {
+    let b = MockBackend::new()
+        .with_file("/a", id(1))
+        .with_read_ahead(sda(), 4 * K);
+    let p = plan(
+        &[("/a", id(1))],
+        &[],
+        vec![data(0, 0, 400 * K), data(0, 400 * K, 4 * K)],
+    );
+    let o = Options {
+        workers: 1,
+        queue_depth: 1,
+        ..opts(1)
+    };
+    let e = Engine::new(&b, o).unwrap();
+    b.hold();
+    let r = std::thread::scope(|s| {
+        let run = s.spawn(|| e.run(&p));
+        let t = Instant::now();
+        while b.in_flight() < 1 && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        e.cancel_flag().store(true, Ordering::Relaxed);
+        b.release();
+        run.join().unwrap()
+    })
+    .unwrap();
+    assert!(r.cancelled);
+    // In flight, queued, and the one being handed over when cancelled.
+    assert!(r.requests <= 3, "{} requests after cancel", r.requests);
+    assert_eq!(r.entries_not_reached, 2, "the cut entry and the next");
+}
+
+/// A file's descriptor is closed once its last request is issued, so a
+/// plan with thousands of files does not hold thousands of descriptors.
+#[test]
+fn descriptors_close_after_their_last_request() {
+    let b = MockBackend::new()
+        .with_file("/a", id(1))
+        .with_file("/b", id(2));
+    let p = plan(
+        &[("/a", id(1)), ("/b", id(2))],
+        &[],
+        vec![data(0, 0, 4 * K), data(1, 0, 4 * K), data(1, 4 * K, 4 * K)],
+    );
+    let o = Options {
+        workers: 1,
+        queue_depth: 1,
+        ..opts(1)
+    };
+    b.hold();
+    let r = std::thread::scope(|s| {
+        let run = s.spawn(|| replay(&p, &o, &b));
+        let wait_for = |what: &str, cond: &dyn Fn() -> bool| {
+            let t = Instant::now();
+            while !cond() {
+                assert!(
+                    t.elapsed() < Duration::from_secs(10),
+                    "waiting for {what}: {:?}",
+                    b.calls()
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        };
+        wait_for("/a's request", &|| b.in_flight() == 1);
+        // Let /a's only request finish; the worker moves on to /b.
+        b.allow(1);
+        wait_for("/b's first request", &|| {
+            b.in_flight() == 1
+                && b.calls()
+                    .iter()
+                    .any(|c| matches!(c, Call::Prefetch { target, .. } if target == "/b"))
+        });
+        assert_eq!(
+            b.open_handles(),
+            1,
+            "/a is closed while /b is still being read"
+        );
+        b.release();
+        run.join().unwrap()
+    })
+    .unwrap();
+    assert_eq!(r.data.entries, 3);
+    assert_eq!(b.open_handles(), 0);
+}
