@@ -24,7 +24,11 @@ fn main() {
         ])
         .build_and_generate(out.join("record.skel.rs"))
         .expect("compiling record.bpf.c (is clang installed? `make deps`)");
-    for f in ["src/bpf/record.bpf.c", "src/bpf/intf.h", "src/bpf/vmlinux.h"] {
+    for f in [
+        "src/bpf/record.bpf.c",
+        "src/bpf/intf.h",
+        "src/bpf/vmlinux.h",
+    ] {
         println!("cargo:rerun-if-changed={f}");
     }
 }

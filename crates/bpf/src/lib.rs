@@ -15,11 +15,20 @@ use std::time::Duration;
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, RingBuffer, RingBufferBuilder};
 
-pub use event::{Event, PageKind, PathOpKind, WsPath};
+pub use event::{Event, FileInfo, PageKind, PathOpKind, WsPath};
 pub use tracefs::{ensure_tracefs, tracefs_root};
 
-#[allow(clippy::all, clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
-#[allow(dead_code, non_camel_case_types, non_snake_case, non_upper_case_globals)]
+#[allow(
+    clippy::all,
+    clippy::undocumented_unsafe_blocks,
+    unsafe_op_in_unsafe_fn
+)]
+#[allow(
+    dead_code,
+    non_camel_case_types,
+    non_snake_case,
+    non_upper_case_globals
+)]
 mod skel {
     include!(concat!(env!("OUT_DIR"), "/record.skel.rs"));
 }
@@ -29,7 +38,9 @@ use skel::{RecordSkel, RecordSkelBuilder};
 /// Why the recorder could not start. Each variant says what is missing.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("loading BPF needs root or CAP_BPF+CAP_PERFMON (run as root, or use --backend mincore)")]
+    #[error(
+        "loading BPF needs root or CAP_BPF+CAP_PERFMON (run as root, or use --backend mincore)"
+    )]
     Permission,
     #[error("tracefs is not available at /sys/kernel/tracing and could not be mounted: {0}")]
     Tracefs(std::io::Error),

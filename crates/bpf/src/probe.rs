@@ -19,7 +19,9 @@ pub fn privileged() -> bool {
         .lines()
         .find_map(|l| l.strip_prefix("CapEff:"))
         .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .is_some_and(|caps| caps & (1 << 21) != 0 || (caps & (1 << 38) != 0 && caps & (1 << 39) != 0))
+        .is_some_and(|caps| {
+            caps & (1 << 21) != 0 || (caps & (1 << 38) != 0 && caps & (1 << 39) != 0)
+        })
 }
 
 /// Whether the hook named by a BPF section (`tp/CAT/NAME` or `tp_btf/NAME`)

@@ -97,7 +97,11 @@ pub fn encode<T: Serialize>(kind: Kind, major: u16, minor: u16, value: &T) -> Ve
 
 /// Checks the envelope and decodes the payload. Files of the same major
 /// version and any minor are read (minors only add trailing optional data).
-pub fn decode<T: DeserializeOwned>(expected: Kind, major: u16, bytes: &[u8]) -> Result<T, FormatError> {
+pub fn decode<T: DeserializeOwned>(
+    expected: Kind,
+    major: u16,
+    bytes: &[u8],
+) -> Result<T, FormatError> {
     if bytes.len() < HEADER_LEN {
         if bytes.len() >= 8 {
             check_magic(expected, &bytes[..8])?;
@@ -191,16 +195,31 @@ mod tests {
         let cases: Vec<(&str, Vec<u8>, &str)> = vec![
             ("empty", vec![], "too short"),
             ("truncated header", good[..10].to_vec(), "too short"),
-            ("truncated payload", good[..good.len() - 1].to_vec(), "truncated"),
+            (
+                "truncated payload",
+                good[..good.len() - 1].to_vec(),
+                "truncated",
+            ),
             ("bit flip", flipped, "checksum"),
-            ("foreign", b"\x7fELF\x02\x01\x01\0aaaaaaaaaaaaaaaaaaaaaaaa".to_vec(), "unknown magic"),
+            (
+                "foreign",
+                b"\x7fELF\x02\x01\x01\0aaaaaaaaaaaaaaaaaaaaaaaa".to_vec(),
+                "unknown magic",
+            ),
             ("future major", future, "version 9.0 is not supported"),
         ];
         for (name, bytes, want) in cases {
-            let err = decode::<Payload>(Kind::Trace, 1, &bytes).unwrap_err().to_string();
+            let err = decode::<Payload>(Kind::Trace, 1, &bytes)
+                .unwrap_err()
+                .to_string();
             assert!(err.contains(want), "{name}: {err:?} lacks {want:?}");
         }
-        let err = decode::<Payload>(Kind::Plan, 1, &good).unwrap_err().to_string();
-        assert!(err.contains("not a warmstart plan: it is a warmstart trace"), "{err}");
+        let err = decode::<Payload>(Kind::Plan, 1, &good)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("not a warmstart plan: it is a warmstart trace"),
+            "{err}"
+        );
     }
 }

@@ -93,7 +93,10 @@ impl Plan {
             match *e {
                 Entry::Data { file, offset, len } => {
                     if file as usize >= self.files.len() {
-                        return bad(format!("entry {i} names file {file} of {}", self.files.len()));
+                        return bad(format!(
+                            "entry {i} names file {file} of {}",
+                            self.files.len()
+                        ));
                     }
                     if len == 0 || offset.checked_add(len).is_none() {
                         return bad(format!("entry {i} has an empty or overflowing range"));
@@ -106,7 +109,10 @@ impl Plan {
                 }
                 Entry::Lookup { index } => {
                     if index as usize >= self.lookups.len() {
-                        return bad(format!("entry {i} names lookup {index} of {}", self.lookups.len()));
+                        return bad(format!(
+                            "entry {i} names lookup {index} of {}",
+                            self.lookups.len()
+                        ));
                     }
                 }
             }

@@ -235,14 +235,19 @@ impl Trace {
 
     /// Invariants a decoded trace must hold.
     pub fn check(&self) -> Result<(), FormatError> {
-        let bad = |what: String| Err(FormatError::Invalid {
-            kind: Kind::Trace,
-            what,
-        });
+        let bad = |what: String| {
+            Err(FormatError::Invalid {
+                kind: Kind::Trace,
+                what,
+            })
+        };
         let mut ids = BTreeSet::new();
         for f in &self.files {
             if !ids.insert((f.id.dev, f.id.ino)) {
-                return bad(format!("file dev {} ino {} appears twice", f.id.dev, f.id.ino));
+                return bad(format!(
+                    "file dev {} ino {} appears twice",
+                    f.id.dev, f.id.ino
+                ));
             }
             for e in &f.extents {
                 if e.len == 0 || e.offset.checked_add(e.len).is_none() {
@@ -339,7 +344,12 @@ impl TraceBuilder {
                 Access::Data { t_ns, .. } | Access::Meta { t_ns, .. } => t_ns,
             })
             .unwrap_or(0);
-        let t0 = self.ns_ops.iter().map(|o| o.t_ns).min().map_or(t0, |n| n.min(t0));
+        let t0 = self
+            .ns_ops
+            .iter()
+            .map(|o| o.t_ns)
+            .min()
+            .map_or(t0, |n| n.min(t0));
 
         // Pages that came from storage, per file: an insertion may follow
         // the use event of the same page (a fault is reported before the
@@ -355,7 +365,10 @@ impl TraceBuilder {
                 ..
             } = *a
             {
-                stored.entry((dev, ino)).or_default().extend(index..index + count);
+                stored
+                    .entry((dev, ino))
+                    .or_default()
+                    .extend(index..index + count);
             }
         }
 
@@ -520,8 +533,11 @@ mod tests {
         })
     }
 
-    /// (offset, len) in pages, per file in order.
-    fn shape(t: &Trace) -> Vec<(u64, Vec<(u64, u64, bool)>)> {
+    /// (first page, pages, from storage) of each extent.
+    type Shape = Vec<(u64, Vec<(u64, u64, bool)>)>;
+
+    /// The extents of each file, in pages, files in order.
+    fn shape(t: &Trace) -> Shape {
         t.files
             .iter()
             .map(|f| {
@@ -538,16 +554,55 @@ mod tests {
 
     #[test]
     fn aggregation_table() {
-        #[allow(clippy::type_complexity)]
-        let cases: Vec<(&str, Vec<Access>, Vec<(u64, Vec<(u64, u64, bool)>)>)> = vec![
-            ("sequential pages coalesce", vec![data(1, 7, 0, 1, false), data(2, 7, 1, 2, false)], vec![(7, vec![(0, 3, false)])]),
-            ("repeats are dropped", vec![data(1, 7, 0, 2, false), data(2, 7, 0, 2, false)], vec![(7, vec![(0, 2, false)])]),
-            ("access order kept, not offset order", vec![data(1, 7, 10, 1, false), data(2, 7, 0, 1, false)], vec![(7, vec![(10, 1, false), (0, 1, false)])]),
-            ("files in first-touch order", vec![data(1, 8, 0, 1, false), data(2, 7, 0, 1, false), data(3, 8, 1, 1, false)], vec![(8, vec![(0, 2, false)]), (7, vec![(0, 1, false)])]),
-            ("insertion after use marks storage", vec![data(1, 7, 0, 2, false), data(2, 7, 0, 1, true)], vec![(7, vec![(0, 1, true), (1, 1, false)])]),
-            ("out-of-order timestamps are sorted", vec![data(5, 7, 1, 1, false), data(1, 7, 0, 1, false)], vec![(7, vec![(0, 2, false)])]),
-            ("large folio counts", vec![data(1, 7, 16, 16, true)], vec![(7, vec![(16, 16, true)])]),
-            ("unresolved and directories left out", vec![data(1, 99, 0, 3, false), data(2, 50, 0, 1, false), data(3, 7, 0, 1, false)], vec![(7, vec![(0, 1, false)])]),
+        let cases: Vec<(&str, Vec<Access>, Shape)> = vec![
+            (
+                "sequential pages coalesce",
+                vec![data(1, 7, 0, 1, false), data(2, 7, 1, 2, false)],
+                vec![(7, vec![(0, 3, false)])],
+            ),
+            (
+                "repeats are dropped",
+                vec![data(1, 7, 0, 2, false), data(2, 7, 0, 2, false)],
+                vec![(7, vec![(0, 2, false)])],
+            ),
+            (
+                "access order kept, not offset order",
+                vec![data(1, 7, 10, 1, false), data(2, 7, 0, 1, false)],
+                vec![(7, vec![(10, 1, false), (0, 1, false)])],
+            ),
+            (
+                "files in first-touch order",
+                vec![
+                    data(1, 8, 0, 1, false),
+                    data(2, 7, 0, 1, false),
+                    data(3, 8, 1, 1, false),
+                ],
+                vec![(8, vec![(0, 2, false)]), (7, vec![(0, 1, false)])],
+            ),
+            (
+                "insertion after use marks storage",
+                vec![data(1, 7, 0, 2, false), data(2, 7, 0, 1, true)],
+                vec![(7, vec![(0, 1, true), (1, 1, false)])],
+            ),
+            (
+                "out-of-order timestamps are sorted",
+                vec![data(5, 7, 1, 1, false), data(1, 7, 0, 1, false)],
+                vec![(7, vec![(0, 2, false)])],
+            ),
+            (
+                "large folio counts",
+                vec![data(1, 7, 16, 16, true)],
+                vec![(7, vec![(16, 16, true)])],
+            ),
+            (
+                "unresolved and directories left out",
+                vec![
+                    data(1, 99, 0, 3, false),
+                    data(2, 50, 0, 1, false),
+                    data(3, 7, 0, 1, false),
+                ],
+                vec![(7, vec![(0, 1, false)])],
+            ),
         ];
         for (name, accesses, want) in cases {
             let mut b = TraceBuilder::new();
@@ -562,15 +617,39 @@ mod tests {
         let mut b = TraceBuilder::new();
         b.push(data(10, 99, 0, 3, false));
         b.push(data(11, 7, 0, 2, true));
-        b.push(Access::Meta { t_ns: 12, device: 5, index: 100, count: 1 });
-        b.push(Access::Meta { t_ns: 13, device: 5, index: 101, count: 1 });
-        b.push(Access::Meta { t_ns: 14, device: 5, index: 100, count: 1 });
-        b.push(Access::Meta { t_ns: 15, device: 5, index: 7, count: 1 });
+        b.push(Access::Meta {
+            t_ns: 12,
+            device: 5,
+            index: 100,
+            count: 1,
+        });
+        b.push(Access::Meta {
+            t_ns: 13,
+            device: 5,
+            index: 101,
+            count: 1,
+        });
+        b.push(Access::Meta {
+            t_ns: 14,
+            device: 5,
+            index: 100,
+            count: 1,
+        });
+        b.push(Access::Meta {
+            t_ns: 15,
+            device: 5,
+            index: 7,
+            count: 1,
+        });
         let t = b.finish(meta(), TraceStats::default(), resolve);
         assert_eq!(t.stats.pages_unresolved, 3);
         assert_eq!(t.stats.bytes, 2 * PAGE_SIZE);
         assert_eq!(t.stats.bytes_from_storage, 2 * PAGE_SIZE);
-        let m: Vec<_> = t.metadata.iter().map(|m| (m.offset / PAGE_SIZE, m.len / PAGE_SIZE, m.t_ns)).collect();
+        let m: Vec<_> = t
+            .metadata
+            .iter()
+            .map(|m| (m.offset / PAGE_SIZE, m.len / PAGE_SIZE, m.t_ns))
+            .collect();
         assert_eq!(m, vec![(100, 2, 2), (7, 1, 5)]);
     }
 
@@ -579,7 +658,12 @@ mod tests {
         let mut b = TraceBuilder::new();
         b.push(data(100, 7, 0, 1, false));
         for (t, path, r) in [(50, "/a", -2), (60, "/a", -2), (70, "/a", 0)] {
-            b.push_ns(NamespaceOp { t_ns: t, kind: NsOpKind::Stat, path: path.into(), result: r });
+            b.push_ns(NamespaceOp {
+                t_ns: t,
+                kind: NsOpKind::Stat,
+                path: path.into(),
+                result: r,
+            });
         }
         let t = b.finish(meta(), TraceStats::default(), resolve);
         let ops: Vec<_> = t.namespace_ops.iter().map(|o| (o.t_ns, o.result)).collect();
@@ -591,8 +675,20 @@ mod tests {
     fn trace_round_trip() {
         let mut b = TraceBuilder::new();
         b.push(data(1, 7, 0, 4, true));
-        b.push_ns(NamespaceOp { t_ns: 1, kind: NsOpKind::Open, path: "/f7".into(), result: 0 });
-        let t = b.finish(meta(), TraceStats { events: 2, ..Default::default() }, resolve);
+        b.push_ns(NamespaceOp {
+            t_ns: 1,
+            kind: NsOpKind::Open,
+            path: "/f7".into(),
+            result: 0,
+        });
+        let t = b.finish(
+            meta(),
+            TraceStats {
+                events: 2,
+                ..Default::default()
+            },
+            resolve,
+        );
         let back = Trace::from_bytes(&t.to_bytes()).unwrap();
         assert_eq!(back, t);
     }

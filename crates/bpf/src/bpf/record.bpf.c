@@ -86,6 +86,8 @@ struct use_key {
 	u64 index;
 	u32 dev;
 	u32 count;
+	u32 tgid; /* per process, so a long-lived recorder still sees each launch */
+	u32 _pad;
 };
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -152,7 +154,8 @@ static __always_inline void page_use(u32 kind, u32 dev, u64 ino, u64 index, u64 
 	if (!trace_uses || !is_tracked())
 		return;
 	u64 count = last >= index ? last - index + 1 : 1;
-	struct use_key k = { .ino = ino, .index = index, .dev = dev, .count = (u32)count };
+	struct use_key k = { .ino = ino, .index = index, .dev = dev, .count = (u32)count,
+			     .tgid = bpf_get_current_pid_tgid() >> 32 };
 	u8 one = 1;
 	if (bpf_map_lookup_elem(&seen_use, &k))
 		return;

@@ -1,0 +1,320 @@
+//! Naming what the kernel reports by number: (dev, ino) -> path and file
+//! identity, and telling filesystem metadata (pages of a block device's own
+//! mapping) from file data.
+//!
+//! Paths come first from the kernel (opens and execs resolved at the time);
+//! the files the kernel opens by itself (the ELF interpreter) are found from
+//! the exec'd binaries' PT_INTERP, and anything left by looking for the
+//! inode next to files already named on the same device. Every name is
+//! confirmed with stat(): the identity stored is what is on disk now.
+
+use std::collections::{HashMap, HashSet};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use warmstart_plan::trace::{FileId, FileInfo, FileType};
+
+/// The kernel's dev_t (major << 20 | minor) as user space's st_dev.
+pub fn kdev_to_user(kdev: u64) -> u64 {
+    let major = (kdev >> 20) as u32;
+    let minor = (kdev & 0xfffff) as u32;
+    libc::makedev(major, minor)
+}
+
+/// What a page event belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    /// A file's data; `dev` in st_dev numbering.
+    Data { dev: u64 },
+    /// A block device's own page cache: filesystem metadata.
+    Meta { device: u64 },
+}
+
+/// Classifies page events. Block-device mappings live on the kernel's
+/// internal "bdev" filesystem (an anonymous device, major 0, never mounted),
+/// and their inode number is the device number of the disk.
+#[derive(Debug, Clone)]
+pub struct Classifier {
+    block_devices: HashSet<(u32, u32)>,
+    mounted: HashSet<u64>,
+}
+
+impl Classifier {
+    /// Reads `/sys/dev/block` and `/proc/self/mountinfo` under `root`.
+    pub fn new(root: &Path) -> Classifier {
+        let mut block_devices = HashSet::new();
+        if let Ok(rd) = std::fs::read_dir(root.join("sys/dev/block")) {
+            for e in rd.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if let Some((a, b)) = name.split_once(':') {
+                    if let (Ok(a), Ok(b)) = (a.parse(), b.parse()) {
+                        block_devices.insert((a, b));
+                    }
+                }
+            }
+        }
+        let mounted = std::fs::read_to_string(root.join("proc/self/mountinfo"))
+            .map(|s| parse_mountinfo_devs(&s))
+            .unwrap_or_default();
+        Classifier {
+            block_devices,
+            mounted,
+        }
+    }
+
+    /// `kdev` and `ino` as the page tracepoints report them.
+    pub fn classify(&self, kdev: u64, ino: u64) -> Class {
+        let dev = kdev_to_user(kdev);
+        if kdev >> 20 == 0 && !self.mounted.contains(&dev) {
+            let (maj, min) = ((ino >> 20) as u32, (ino & 0xfffff) as u32);
+            if self.block_devices.contains(&(maj, min)) {
+                return Class::Meta {
+                    device: libc::makedev(maj, min),
+                };
+            }
+        }
+        Class::Data { dev }
+    }
+}
+
+/// The st_dev of every mounted filesystem, from mountinfo's "MAJ:MIN" field.
+pub fn parse_mountinfo_devs(mountinfo: &str) -> HashSet<u64> {
+    mountinfo
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .filter_map(|mm| {
+            let (a, b) = mm.split_once(':')?;
+            Some(libc::makedev(a.parse().ok()?, b.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Collects names seen during a recording and resolves (dev, ino) at the end.
+#[derive(Debug, Default)]
+pub struct Resolver {
+    names: HashMap<(u64, u64), String>,
+    execs: Vec<String>,
+}
+
+impl Resolver {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A path the kernel resolved for (dev, ino) (st_dev numbering).
+    pub fn note(&mut self, dev: u64, ino: u64, path: String) {
+        self.names.entry((dev, ino)).or_insert(path);
+    }
+
+    /// A binary that was exec'd; its ELF interpreter is looked up later.
+    pub fn note_exec(&mut self, path: String) {
+        if !self.execs.contains(&path) {
+            self.execs.push(path);
+        }
+    }
+
+    /// Names every requested (dev, ino). Call once, after recording.
+    pub fn resolve_all(&mut self, wanted: &[(u64, u64)]) -> HashMap<(u64, u64), FileInfo> {
+        let mut out = HashMap::new();
+        let mut missing: Vec<(u64, u64)> = Vec::new();
+        for &key in wanted {
+            match self.names.get(&key).and_then(|p| identify(p, key)) {
+                Some(info) => {
+                    out.insert(key, info);
+                }
+                None => missing.push(key),
+            }
+        }
+        if missing.is_empty() {
+            return out;
+        }
+        // The ELF interpreters of the exec'd binaries.
+        for exe in self.execs.clone() {
+            if let Some(interp) = elf_interpreter(Path::new(&exe)) {
+                if let Ok(canon) = std::fs::canonicalize(&interp) {
+                    let canon = canon.display().to_string();
+                    if let Ok(m) = std::fs::metadata(&canon) {
+                        self.note(m.dev(), m.ino(), canon);
+                    }
+                }
+            }
+        }
+        missing.retain(
+            |key| match self.names.get(key).and_then(|p| identify(p, *key)) {
+                Some(info) => {
+                    out.insert(*key, info);
+                    false
+                }
+                None => true,
+            },
+        );
+        // Last resort: the inode next to files already named on that device.
+        if !missing.is_empty() {
+            let mut dirs: Vec<(u64, PathBuf)> = Vec::new();
+            for ((dev, _), p) in &self.names {
+                if let Some(d) = Path::new(p).parent() {
+                    if !dirs.iter().any(|(dv, x)| dv == dev && x == d) {
+                        dirs.push((*dev, d.to_path_buf()));
+                    }
+                }
+            }
+            for (dev, dir) in dirs {
+                if missing.iter().all(|(d, _)| *d != dev) {
+                    continue;
+                }
+                let Ok(rd) = std::fs::read_dir(&dir) else {
+                    continue;
+                };
+                for e in rd.flatten() {
+                    let Ok(m) = e.metadata() else { continue };
+                    let key = (m.dev(), m.ino());
+                    if let Some(i) = missing.iter().position(|k| *k == key) {
+                        let p = e.path().display().to_string();
+                        if let Some(info) = identify(&p, key) {
+                            out.insert(key, info);
+                            missing.swap_remove(i);
+                        }
+                    }
+                }
+                if missing.is_empty() {
+                    break;
+                }
+            }
+        }
+        out
+    }
+}
+
+/// stat(path) and check it is still the same (dev, ino).
+pub fn identify(path: &str, key: (u64, u64)) -> Option<FileInfo> {
+    let m = std::fs::metadata(path).ok()?;
+    if (m.dev(), m.ino()) != key {
+        return None;
+    }
+    Some(FileInfo {
+        path: Some(path.to_string()),
+        id: file_id(&m),
+        file_type: FileType::from_mode(m.mode()),
+    })
+}
+
+/// A file's identity from its metadata.
+pub fn file_id(m: &std::fs::Metadata) -> FileId {
+    FileId {
+        dev: m.dev(),
+        ino: m.ino(),
+        size: m.size(),
+        mtime_ns: m.mtime() * 1_000_000_000 + m.mtime_nsec(),
+        ctime_ns: m.ctime() * 1_000_000_000 + m.ctime_nsec(),
+    }
+}
+
+/// The PT_INTERP of an ELF binary, if it has one.
+pub fn elf_interpreter(path: &Path) -> Option<String> {
+    let bytes = std::fs::read(path).ok()?;
+    let elf = goblin::elf::Elf::parse(&bytes).ok()?;
+    elf.interpreter.map(str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_dev_encoding() {
+        assert_eq!(kdev_to_user((254 << 20) | 1), libc::makedev(254, 1));
+        assert_eq!(kdev_to_user(3), libc::makedev(0, 3));
+    }
+
+    #[test]
+    fn metadata_is_told_from_data() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join("sys/dev/block/254:0")).unwrap();
+        std::fs::create_dir_all(root.path().join("sys/dev/block/7:0")).unwrap();
+        std::fs::create_dir_all(root.path().join("proc/self")).unwrap();
+        std::fs::write(
+            root.path().join("proc/self/mountinfo"),
+            "22 1 254:0 / / rw - ext4 /dev/vda rw\n40 22 0:35 / /mnt/b rw - btrfs /dev/loop1 rw\n",
+        )
+        .unwrap();
+        let c = Classifier::new(root.path());
+        let cases = [
+            (
+                "bdev page of vda",
+                3,
+                (254 << 20),
+                Class::Meta {
+                    device: libc::makedev(254, 0),
+                },
+            ),
+            (
+                "bdev page of loop0",
+                3,
+                (7 << 20),
+                Class::Meta {
+                    device: libc::makedev(7, 0),
+                },
+            ),
+            (
+                "ext4 file",
+                254 << 20,
+                12,
+                Class::Data {
+                    dev: libc::makedev(254, 0),
+                },
+            ),
+            (
+                "btrfs (anon dev) inode that looks like a devno",
+                35,
+                (7 << 20),
+                Class::Data {
+                    dev: libc::makedev(0, 35),
+                },
+            ),
+            (
+                "bdev ino of an unknown device",
+                3,
+                (9 << 20) | 9,
+                Class::Data {
+                    dev: libc::makedev(0, 3),
+                },
+            ),
+        ];
+        for (name, kdev, ino, want) in cases {
+            assert_eq!(c.classify(kdev, ino), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn resolves_by_kernel_name_then_sibling() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a");
+        let b = dir.path().join("b");
+        std::fs::write(&a, b"a").unwrap();
+        std::fs::write(&b, b"b").unwrap();
+        let ma = std::fs::metadata(&a).unwrap();
+        let mb = std::fs::metadata(&b).unwrap();
+        let mut r = Resolver::new();
+        r.note(ma.dev(), ma.ino(), a.display().to_string());
+        let got = r.resolve_all(&[
+            (ma.dev(), ma.ino()),
+            (mb.dev(), mb.ino()),
+            (ma.dev(), 1 << 40),
+        ]);
+        assert_eq!(
+            got[&(ma.dev(), ma.ino())].path.as_deref(),
+            Some(a.to_str().unwrap())
+        );
+        assert_eq!(
+            got[&(mb.dev(), mb.ino())].path.as_deref(),
+            Some(b.to_str().unwrap())
+        );
+        assert!(!got.contains_key(&(ma.dev(), 1 << 40)));
+    }
+
+    #[test]
+    fn interpreter_of_a_real_binary() {
+        let interp = elf_interpreter(Path::new("/bin/sh")).expect("/bin/sh is dynamic");
+        assert!(interp.contains("ld-linux"), "{interp}");
+    }
+}

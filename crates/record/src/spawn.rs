@@ -1,0 +1,274 @@
+//! Starting the launched command *held*: forked, but stopped before exec
+//! until the caller has started tracking its pid (so nothing it does is
+//! missed) and, for `run`, started the replay. Then the wrapper stays
+//! transparent: same process group, terminal, environment and working
+//! directory; signals sent to the wrapper alone are forwarded; the exit
+//! status is reported exactly.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use nix::sys::signal::{kill, Signal};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::{fork, pipe2, ForkResult, Pid};
+
+/// How the launched command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    Code(i32),
+    Signal(i32),
+}
+
+impl Exit {
+    /// The status a shell would report ($?).
+    pub fn shell_code(self) -> i32 {
+        match self {
+            Exit::Code(c) => c,
+            Exit::Signal(s) => 128 + s,
+        }
+    }
+}
+
+/// A forked child waiting, before exec, for [`HeldChild::release`].
+#[derive(Debug)]
+pub struct HeldChild {
+    pid: Pid,
+    go: Option<OwnedFd>,
+    exec_err: OwnedFd,
+}
+
+impl HeldChild {
+    /// Forks a child that will exec `argv` (searched in PATH) once released.
+    pub fn spawn(argv: &[String]) -> io::Result<HeldChild> {
+        if argv.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "no command given",
+            ));
+        }
+        // Everything the child needs is prepared before fork: after fork in
+        // a threaded process only async-signal-safe calls are allowed.
+        let cargs: Vec<CString> = argv
+            .iter()
+            .map(|a| CString::new(a.as_bytes()))
+            .collect::<Result<_, _>>()
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "argument contains NUL"))?;
+        let mut ptrs: Vec<*const libc::c_char> = cargs.iter().map(|c| c.as_ptr()).collect();
+        ptrs.push(std::ptr::null());
+        let (go_r, go_w) = pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+        let (err_r, err_w) = pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+
+        // SAFETY: the child only calls async-signal-safe functions (read,
+        // write, execvp, _exit, sigprocmask) on memory prepared above.
+        match unsafe { fork() }? {
+            ForkResult::Child => {
+                let mut b = [0u8; 1];
+                // SAFETY: raw syscalls on fds we own; buffers are valid.
+                unsafe {
+                    let n = libc::read(go_r.as_raw_fd(), b.as_mut_ptr().cast(), 1);
+                    if n != 1 || b[0] != b'g' {
+                        libc::_exit(127);
+                    }
+                    // The wrapper may block signals for its own handling;
+                    // the command must start with a clean mask.
+                    let mut set: libc::sigset_t = std::mem::zeroed();
+                    libc::sigemptyset(&mut set);
+                    libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+                    for sig in [libc::SIGINT, libc::SIGQUIT, libc::SIGTERM, libc::SIGHUP] {
+                        libc::signal(sig, libc::SIG_DFL);
+                    }
+                    libc::execvp(ptrs[0], ptrs.as_ptr());
+                    let errno = *libc::__errno_location();
+                    let bytes = errno.to_ne_bytes();
+                    libc::write(err_w.as_raw_fd(), bytes.as_ptr().cast(), bytes.len());
+                    libc::_exit(127);
+                }
+            }
+            ForkResult::Parent { child } => {
+                drop(go_r);
+                drop(err_w);
+                Ok(HeldChild {
+                    pid: child,
+                    go: Some(go_w),
+                    exec_err: err_r,
+                })
+            }
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid.as_raw() as u32
+    }
+
+    /// Lets the child exec. Returns an error if exec failed (command not
+    /// found, not executable), after reaping the child.
+    pub fn release(mut self) -> io::Result<Running> {
+        let go = self.go.take().expect("released once");
+        nix::unistd::write(&go, b"g")?;
+        drop(go);
+        let mut buf = [0u8; 4];
+        let n = nix::unistd::read(self.exec_err.as_raw_fd(), &mut buf)?;
+        if n == 4 {
+            let errno = i32::from_ne_bytes(buf);
+            let _ = waitpid(self.pid, None);
+            return Err(io::Error::from_raw_os_error(errno));
+        }
+        Ok(Running {
+            pid: self.pid,
+            exit: None,
+        })
+    }
+}
+
+impl Drop for HeldChild {
+    fn drop(&mut self) {
+        if self.go.is_some() {
+            // Never released (the caller failed before): let it die quietly.
+            let _ = kill(self.pid, Signal::SIGKILL);
+            let _ = waitpid(self.pid, None);
+        }
+    }
+}
+
+/// The command, running.
+#[derive(Debug)]
+pub struct Running {
+    pid: Pid,
+    exit: Option<Exit>,
+}
+
+impl Running {
+    pub fn pid(&self) -> u32 {
+        self.pid.as_raw() as u32
+    }
+
+    /// Non-blocking: the exit status once the child has exited.
+    pub fn try_wait(&mut self) -> io::Result<Option<Exit>> {
+        if self.exit.is_some() {
+            return Ok(self.exit);
+        }
+        loop {
+            match waitpid(self.pid, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::Exited(_, code)) => self.exit = Some(Exit::Code(code)),
+                Ok(WaitStatus::Signaled(_, sig, _)) => self.exit = Some(Exit::Signal(sig as i32)),
+                Ok(_) => {}
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => return Err(e.into()),
+            }
+            return Ok(self.exit);
+        }
+    }
+
+    /// Sends a signal to the child.
+    pub fn signal(&self, sig: i32) {
+        if let Ok(s) = Signal::try_from(sig) {
+            let _ = kill(self.pid, s);
+        }
+    }
+}
+
+/// Signals the wrapper watches while the command runs. Terminal-generated
+/// SIGINT/SIGQUIT already reach the whole foreground process group, so the
+/// wrapper only survives them; sent to the wrapper alone (no terminal), they
+/// are forwarded like SIGTERM and SIGHUP.
+pub struct SignalForwarder {
+    signals: signal_hook::iterator::Signals,
+    has_tty_group: bool,
+}
+
+impl SignalForwarder {
+    pub fn install() -> io::Result<SignalForwarder> {
+        let signals = signal_hook::iterator::Signals::new([
+            libc::SIGINT,
+            libc::SIGQUIT,
+            libc::SIGTERM,
+            libc::SIGHUP,
+            libc::SIGUSR1,
+            libc::SIGUSR2,
+        ])?;
+        // SAFETY: getpgrp and tcgetpgrp have no memory-safety preconditions.
+        let has_tty_group = unsafe { libc::tcgetpgrp(0) == libc::getpgrp() };
+        Ok(SignalForwarder {
+            signals,
+            has_tty_group,
+        })
+    }
+
+    /// Forwards what arrived since the last call; returns whether the user
+    /// asked to stop (any terminating signal).
+    pub fn forward(&mut self, child: &Running) -> bool {
+        let mut stop = false;
+        for sig in self.signals.pending() {
+            stop |= matches!(
+                sig,
+                libc::SIGINT | libc::SIGQUIT | libc::SIGTERM | libc::SIGHUP
+            );
+            let from_tty = matches!(sig, libc::SIGINT | libc::SIGQUIT) && self.has_tty_group;
+            if !from_tty {
+                child.signal(sig);
+            }
+        }
+        stop
+    }
+}
+
+/// Ends the wrapper the way the child ended, so the caller's shell sees
+/// the same status: re-raise a fatal signal, or exit with the code.
+pub fn exit_like(exit: Exit) -> ! {
+    if let Exit::Signal(sig) = exit {
+        // SAFETY: resetting a disposition and raising a signal on ourselves.
+        unsafe {
+            libc::signal(sig, libc::SIG_DFL);
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, sig);
+            libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+            libc::raise(sig);
+        }
+    }
+    std::process::exit(exit.shell_code())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(argv: &[&str]) -> io::Result<Exit> {
+        let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
+        let mut r = HeldChild::spawn(&argv)?.release()?;
+        loop {
+            if let Some(e) = r.try_wait()? {
+                return Ok(e);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn exit_codes_and_signals() {
+        assert_eq!(run(&["true"]).unwrap(), Exit::Code(0));
+        assert_eq!(run(&["sh", "-c", "exit 42"]).unwrap(), Exit::Code(42));
+        assert_eq!(
+            run(&["sh", "-c", "kill -TERM $$"]).unwrap(),
+            Exit::Signal(15)
+        );
+        let err = run(&["/nonexistent/warmstart-cmd"]).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::NotFound);
+    }
+
+    #[test]
+    fn held_child_does_not_run_until_released() {
+        let dir = tempfile::tempdir().unwrap();
+        let mark = dir.path().join("ran");
+        let argv = vec!["touch".to_string(), mark.display().to_string()];
+        let held = HeldChild::spawn(&argv).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(!mark.exists());
+        let mut r = held.release().unwrap();
+        while r.try_wait().unwrap().is_none() {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(mark.exists());
+    }
+}

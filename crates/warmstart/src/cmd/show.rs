@@ -1,0 +1,258 @@
+//! `warmstart show`: traces (and plans) for people and for scripts.
+
+use std::io::Write;
+
+use anyhow::{Context, Result};
+use serde_json::json;
+use warmstart_plan::Trace;
+
+use crate::cli::{Format, ShowArgs};
+use crate::cmd::human_bytes;
+
+pub fn run(args: ShowArgs) -> Result<i32> {
+    let bytes =
+        std::fs::read(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
+    let trace = Trace::from_bytes(&bytes).with_context(|| format!("{}", args.file.display()))?;
+    let mut out = std::io::stdout().lock();
+    match args.format {
+        Format::Summary => summary(&trace, &mut out)?,
+        Format::Table => table(&trace, &mut out)?,
+        Format::Json => {
+            serde_json::to_writer_pretty(&mut out, &trace_json(&trace))?;
+            writeln!(out)?;
+        }
+        Format::Csv => csv(&trace, &mut out)?,
+    }
+    Ok(0)
+}
+
+/// The public JSON form of a trace. Fields are only ever added.
+pub fn trace_json(t: &Trace) -> serde_json::Value {
+    json!({
+        "format": "warmstart-trace",
+        "version": format!("{}.{}", warmstart_plan::trace::TRACE_MAJOR, warmstart_plan::trace::TRACE_MINOR),
+        "meta": {
+            "command": t.meta.command,
+            "cwd": t.meta.cwd,
+            "backend": t.meta.backend.name(),
+            "ordered": t.meta.backend != warmstart_plan::trace::Backend::Mincore,
+            "cache": format!("{:?}", t.meta.cache).to_lowercase(),
+            "end": format!("{:?}", t.meta.end).to_lowercase(),
+            "exit_code": t.meta.exit_code,
+            "started_unix_ms": t.meta.started_unix_ms,
+            "hostname": t.meta.hostname,
+        },
+        "files": t.files.iter().map(|f| json!({
+            "path": f.path,
+            "dev": f.id.dev,
+            "ino": f.id.ino,
+            "size": f.id.size,
+            "mtime_ns": f.id.mtime_ns,
+            "ctime_ns": f.id.ctime_ns,
+            "first_access_ns": f.first_ns(),
+            "ranges": f.extents.iter().map(|e| [e.offset, e.len]).collect::<Vec<_>>(),
+            "from_storage": f.extents.iter().map(|e| e.from_storage).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+        "metadata": t.metadata.iter().map(|m| json!({
+            "device": m.device,
+            "major": libc::major(m.device),
+            "minor": libc::minor(m.device),
+            "offset": m.offset,
+            "length": m.len,
+            "t_ns": m.t_ns,
+        })).collect::<Vec<_>>(),
+        "namespace_ops": t.namespace_ops.iter().map(|o| json!({
+            "t_ns": o.t_ns,
+            "op": o.kind.name(),
+            "path": o.path,
+            "result": o.result,
+        })).collect::<Vec<_>>(),
+        "stats": {
+            "events": t.stats.events,
+            "drops": t.stats.drops,
+            "duration_ns": t.stats.duration_ns,
+            "bytes": t.stats.bytes,
+            "bytes_from_storage": t.stats.bytes_from_storage,
+            "metadata_bytes": t.stats.metadata_bytes,
+            "pages": t.stats.pages,
+            "pages_unresolved": t.stats.pages_unresolved,
+            "processes": t.stats.processes,
+        },
+    })
+}
+
+fn summary(t: &Trace, out: &mut impl Write) -> Result<()> {
+    let s = &t.stats;
+    writeln!(out, "trace of:     {}", t.meta.command.join(" "))?;
+    writeln!(
+        out,
+        "recorded:     {} backend{}, cache {:?}, ended by {:?}, exit {}",
+        t.meta.backend.name(),
+        if t.meta.backend == warmstart_plan::trace::Backend::Mincore {
+            " (UNORDERED snapshot)"
+        } else {
+            ""
+        },
+        t.meta.cache,
+        t.meta.end,
+        t.meta.exit_code.map_or("-".into(), |c| c.to_string())
+    )?;
+    writeln!(
+        out,
+        "duration:     {:.3} s, {} processes",
+        s.duration_ns as f64 / 1e9,
+        s.processes
+    )?;
+    writeln!(
+        out,
+        "data:         {} in {} files, {} ranges ({} read from storage)",
+        human_bytes(s.bytes),
+        t.files.len(),
+        t.files.iter().map(|f| f.extents.len()).sum::<usize>(),
+        human_bytes(s.bytes_from_storage)
+    )?;
+    writeln!(
+        out,
+        "metadata:     {} in {} extents",
+        human_bytes(s.metadata_bytes),
+        t.metadata.len()
+    )?;
+    writeln!(
+        out,
+        "lookups:      {} ({} failed)",
+        t.namespace_ops.len(),
+        t.namespace_ops.iter().filter(|o| o.result < 0).count()
+    )?;
+    writeln!(
+        out,
+        "events:       {} ({} dropped, {} pages unnamed)",
+        s.events, s.drops, s.pages_unresolved
+    )?;
+    let mut top: Vec<_> = t.files.iter().collect();
+    top.sort_by_key(|f| std::cmp::Reverse(f.bytes()));
+    writeln!(out, "largest files:")?;
+    for f in top.iter().take(8) {
+        writeln!(
+            out,
+            "  {:>10}  {}",
+            human_bytes(f.bytes()),
+            f.path.as_deref().unwrap_or("?")
+        )?;
+    }
+    Ok(())
+}
+
+fn table(t: &Trace, out: &mut impl Write) -> Result<()> {
+    writeln!(
+        out,
+        "{:>10} {:>8} {:>12} {:>10}  path",
+        "t_ms", "kind", "offset", "length"
+    )?;
+    let mut rows: Vec<(u64, String)> = Vec::new();
+    for f in &t.files {
+        let p = f.path.as_deref().unwrap_or("?");
+        for e in &f.extents {
+            rows.push((
+                e.t_ns,
+                format!(
+                    "{:>10.3} {:>8} {:>12} {:>10}  {}",
+                    e.t_ns as f64 / 1e6,
+                    if e.from_storage { "read" } else { "cached" },
+                    e.offset,
+                    e.len,
+                    p
+                ),
+            ));
+        }
+    }
+    for m in &t.metadata {
+        rows.push((
+            m.t_ns,
+            format!(
+                "{:>10.3} {:>8} {:>12} {:>10}  [{}:{}]",
+                m.t_ns as f64 / 1e6,
+                "meta",
+                m.offset,
+                m.len,
+                libc::major(m.device),
+                libc::minor(m.device)
+            ),
+        ));
+    }
+    for o in &t.namespace_ops {
+        rows.push((
+            o.t_ns,
+            format!(
+                "{:>10.3} {:>8} {:>12} {:>10}  {}",
+                o.t_ns as f64 / 1e6,
+                o.kind.name(),
+                "",
+                if o.result < 0 {
+                    o.result.to_string()
+                } else {
+                    String::new()
+                },
+                o.path
+            ),
+        ));
+    }
+    rows.sort_by_key(|r| r.0);
+    for (_, r) in rows {
+        writeln!(out, "{r}")?;
+    }
+    Ok(())
+}
+
+fn csv(t: &Trace, out: &mut impl Write) -> Result<()> {
+    let mut w = csv::Writer::from_writer(out);
+    w.write_record([
+        "kind",
+        "path",
+        "device",
+        "offset",
+        "length",
+        "t_ns",
+        "from_storage",
+        "result",
+    ])?;
+    for f in &t.files {
+        for e in &f.extents {
+            w.write_record([
+                "data",
+                f.path.as_deref().unwrap_or(""),
+                &f.id.dev.to_string(),
+                &e.offset.to_string(),
+                &e.len.to_string(),
+                &e.t_ns.to_string(),
+                &e.from_storage.to_string(),
+                "",
+            ])?;
+        }
+    }
+    for m in &t.metadata {
+        w.write_record([
+            "metadata",
+            "",
+            &m.device.to_string(),
+            &m.offset.to_string(),
+            &m.len.to_string(),
+            &m.t_ns.to_string(),
+            "true",
+            "",
+        ])?;
+    }
+    for o in &t.namespace_ops {
+        w.write_record([
+            o.kind.name(),
+            &o.path,
+            "",
+            "",
+            "",
+            &o.t_ns.to_string(),
+            "",
+            &o.result.to_string(),
+        ])?;
+    }
+    w.flush()?;
+    Ok(())
+}

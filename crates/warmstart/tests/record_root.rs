@@ -1,0 +1,275 @@
+//! End-to-end tests of `warmstart record` on the real kernel (root).
+
+mod util;
+
+use std::collections::{BTreeSet, HashMap};
+use std::process::{Command, Stdio};
+
+use util::*;
+
+/// Pages each file has in the trace, and the order files first appear.
+fn trace_pages(trace: &serde_json::Value) -> (HashMap<String, BTreeSet<u64>>, Vec<String>) {
+    let mut pages = HashMap::new();
+    let mut order = Vec::new();
+    for f in trace["files"].as_array().expect("files") {
+        let Some(path) = f["path"].as_str() else {
+            continue;
+        };
+        order.push(path.to_string());
+        let set: &mut BTreeSet<u64> = pages.entry(path.to_string()).or_default();
+        for r in f["ranges"].as_array().expect("ranges") {
+            let (off, len) = (r[0].as_u64().unwrap(), r[1].as_u64().unwrap());
+            set.extend(off / 4096..(off + len).div_ceil(4096));
+        }
+    }
+    (pages, order)
+}
+
+fn check_fixture_trace(
+    fs: &LoopFs,
+    trace_file: &std::path::Path,
+    stdout: &[u8],
+    noise: &str,
+    label: &str,
+) {
+    let trace = show_json(trace_file);
+    let touched = touches(stdout);
+    assert!(
+        touched.len() > 100,
+        "{label}: the fixture reported its touches"
+    );
+    let (pages, order) = trace_pages(&trace);
+
+    // Coverage: every page the fixture touched is in the trace.
+    let mut missing = Vec::new();
+    let mut total = 0;
+    for (path, first, count) in &touched {
+        for p in *first..first + count {
+            total += 1;
+            if !pages.get(path).is_some_and(|s| s.contains(&p)) {
+                missing.push(format!("{path}:{p}"));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "{label}: {} of {total} touched pages missing, e.g. {:?}",
+        missing.len(),
+        &missing[..missing.len().min(10)]
+    );
+
+    // Order at file-first-touch granularity.
+    let mut want: Vec<&str> = Vec::new();
+    for (p, _, _) in &touched {
+        if !want.contains(&p.as_str()) {
+            want.push(p);
+        }
+    }
+    let prefix = fs.mnt.join("data").display().to_string();
+    let got: Vec<&str> = order
+        .iter()
+        .map(String::as_str)
+        .filter(|p| p.starts_with(&prefix))
+        .collect();
+    assert_eq!(got, want, "{label}: files in first-touch order");
+
+    // Nothing from processes outside the tree, no drops.
+    assert!(
+        !order.iter().any(|p| p.ends_with(noise)),
+        "{label}: a file read only by an outside process is in the trace"
+    );
+    assert_eq!(trace["stats"]["drops"], 0, "{label}: events were dropped");
+    assert_eq!(trace["meta"]["backend"], "bpf");
+    assert_eq!(trace["meta"]["exit_code"], 0);
+}
+
+#[test]
+fn root_record_fixture_cold_and_warm_on_ext4() {
+    if !require_root("root_record_fixture_cold_and_warm_on_ext4") {
+        return;
+    }
+    let fs = LoopFs::new("ext4", 96);
+    run_ok(Command::new(fixture()).arg("gen").arg(&fs.mnt));
+    let work = tempfile::tempdir().unwrap();
+    // Cold: evict this filesystem's pages and metadata first.
+    fs.evict();
+    // Another process reads a file on the same filesystem all along
+    // (started after the eviction, which unmounts).
+    let noise = fs.mnt.join("noise.bin");
+    std::fs::write(&noise, vec![7u8; 1 << 20]).unwrap();
+    let _noisy = Background::spawn(
+        Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "while :; do cat {} > /dev/null; sleep 0.01; done",
+                noise.display()
+            ))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+
+    let cold = work.path().join("cold.trace");
+    let out = run_ok(
+        Command::new(warmstart())
+            .arg("record")
+            .arg("-o")
+            .arg(&cold)
+            .arg("--")
+            .arg(fixture())
+            .arg("run")
+            .arg(&fs.mnt),
+    );
+    check_fixture_trace(&fs, &cold, &out.stdout, "noise.bin", "cold");
+    let t = show_json(&cold);
+    assert!(
+        t["stats"]["bytes_from_storage"].as_u64().unwrap() > 1 << 20,
+        "a cold launch reads from storage"
+    );
+    assert!(
+        t["metadata"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["device"].as_u64().is_some()),
+        "cold launch reads fs metadata"
+    );
+
+    // Warm: everything cached; the page uses must still give the full picture.
+    let warm = work.path().join("warm.trace");
+    let out = run_ok(
+        Command::new(warmstart())
+            .arg("record")
+            .arg("-o")
+            .arg(&warm)
+            .arg("--")
+            .arg(fixture())
+            .arg("run")
+            .arg(&fs.mnt),
+    );
+    check_fixture_trace(&fs, &warm, &out.stdout, "noise.bin", "warm");
+
+    // --cold --from evicts exactly the files a previous trace names.
+    let again = work.path().join("again.trace");
+    let out = run_ok(
+        Command::new(warmstart())
+            .args(["record", "--cold", "--from"])
+            .arg(&warm)
+            .arg("-o")
+            .arg(&again)
+            .arg("--")
+            .arg(fixture())
+            .arg("run")
+            .arg(&fs.mnt),
+    );
+    check_fixture_trace(&fs, &again, &out.stdout, "noise.bin", "cold --from");
+    let t = show_json(&again);
+    assert_eq!(t["meta"]["cache"], "cold");
+    assert!(
+        t["stats"]["bytes_from_storage"].as_u64().unwrap() > 1 << 20,
+        "--cold --from evicted the files"
+    );
+}
+
+#[test]
+fn root_record_real_python_resolves_paths() {
+    if !require_root("root_record_real_python_resolves_paths") {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let out = work.path().join("py.trace");
+    run_ok(
+        Command::new(warmstart())
+            .arg("record")
+            .arg("-o")
+            .arg(&out)
+            .args(["--", "python3", "-c", "import json, email, asyncio"]),
+    );
+    let t = show_json(&out);
+    let pages = t["stats"]["pages"].as_u64().unwrap();
+    let unresolved = t["stats"]["pages_unresolved"].as_u64().unwrap();
+    assert!(pages > 100, "python reads more than 100 pages: {pages}");
+    let resolved = pages as f64 / (pages + unresolved) as f64;
+    assert!(
+        resolved >= 0.99,
+        "resolved {:.2}% of data pages ({unresolved} unnamed)",
+        resolved * 100.0
+    );
+    assert!(t["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|f| f["path"].as_str().is_some_and(|p| p.contains("/json/"))));
+    assert!(
+        t["namespace_ops"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|o| o["result"].as_i64().unwrap() < 0),
+        "negative lookups recorded"
+    );
+}
+
+#[test]
+fn root_record_is_transparent() {
+    if !require_root("root_record_is_transparent") {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let t = work.path().join("t.trace");
+    let out = run(Command::new(warmstart())
+        .arg("-q")
+        .arg("record")
+        .arg("-o")
+        .arg(&t)
+        .args(["--", "sh", "-c", "echo out; echo err >&2; exit 7"]));
+    assert_eq!(out.status.code(), Some(7));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "out\n");
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "err\n");
+    let out = run(Command::new(warmstart())
+        .arg("-q")
+        .arg("record")
+        .arg("-o")
+        .arg(&t)
+        .args(["--", "sh", "-c", "kill -TERM $$"]));
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(out.status.signal(), Some(15), "killed by the same signal");
+    let out = run(Command::new(warmstart())
+        .arg("record")
+        .arg("-o")
+        .arg(&t)
+        .args(["--", "/nonexistent/prog"]));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cannot start"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn root_record_tracefs_and_mincore_backends() {
+    if !require_root("root_record_tracefs_and_mincore_backends") {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    for backend in ["tracefs", "mincore"] {
+        let t = work.path().join(format!("{backend}.trace"));
+        run_ok(
+            Command::new(warmstart())
+                .args(["record", "--backend", backend, "-o"])
+                .arg(&t)
+                .args(["--", "python3", "-c", "import json, time; time.sleep(0.5)"]),
+        );
+        let j = show_json(&t);
+        assert_eq!(j["meta"]["backend"], backend);
+        assert_eq!(j["meta"]["ordered"], backend != "mincore");
+        assert!(
+            j["files"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|f| f["path"].as_str().is_some_and(|p| p.contains("libc.so"))),
+            "{backend}: the C library is in the trace"
+        );
+    }
+}
