@@ -98,7 +98,6 @@ impl Recorder {
         if !probe::privileged() {
             return Err(Error::Permission);
         }
-        ensure_tracefs().map_err(Error::Tracefs)?;
         // The open object must outlive the skeleton, which borrows it; a
         // recorder lives for a whole recording (or the daemon's life), so
         // leaking this small allocation is the simple, sound choice.
@@ -161,7 +160,11 @@ impl Recorder {
 
     /// Waits up to `timeout` for events and appends what arrived to `out`.
     pub fn poll(&self, timeout: Duration, out: &mut Vec<Event>) -> Result<(), Error> {
-        self.ring.poll(timeout).map_err(bpf_err("poll"))?;
+        match self.ring.poll(timeout) {
+            // A signal (the wrapper forwards them) is not a failure.
+            Err(e) if matches!(e.kind(), libbpf_rs::ErrorKind::Interrupted) => {}
+            r => r.map_err(bpf_err("poll"))?,
+        }
         out.extend(self.rx.try_iter());
         Ok(())
     }

@@ -38,16 +38,16 @@ pub fn hook_available(section: &str) -> bool {
 
 fn btf_has(name: &str) -> bool {
     // A raw scan of the BTF string section: the typedef btf_trace_<tp> exists
-    // exactly when the tracepoint can be attached as tp_btf.
-    let Ok(btf) = std::fs::read(Path::new("/sys/kernel/btf/vmlinux")) else {
-        return false;
-    };
-    let needle = {
-        let mut n = name.as_bytes().to_vec();
-        n.push(0);
-        n
-    };
-    btf.windows(needle.len()).any(|w| w == needle.as_slice())
+    // exactly when the tracepoint can be attached as tp_btf. The file is
+    // read once per process.
+    static BTF: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    let btf =
+        BTF.get_or_init(|| std::fs::read(Path::new("/sys/kernel/btf/vmlinux")).unwrap_or_default());
+    let mut needle = Vec::with_capacity(name.len() + 2);
+    needle.push(0);
+    needle.extend_from_slice(name.as_bytes());
+    needle.push(0);
+    memchr::memmem::find(btf, &needle).is_some()
 }
 
 /// Whether BTF for the running kernel is present (needed by CO-RE and tp_btf).
