@@ -13,8 +13,10 @@ use clap::{Parser, Subcommand, ValueEnum};
 starts, stores that as a compact plan, and replays the plan alongside later launches so storage I/O \
 overlaps the program's CPU work.",
     after_help = "EXAMPLES:\n  \
+    warmstart run -- libreoffice --writer        # learns on first launches, prefetches later\n  \
+    warmstart status                             # what has been learned\n  \
     warmstart record -o py.trace -- python3 -c 'import json, email'\n  \
-    warmstart show py.trace\n  \
+    warmstart compile py.trace -o py.plan && warmstart replay --wait py.plan\n  \
     warmstart show py.trace --format json | jq '.files[0]'"
 )]
 pub struct Cli {
@@ -42,6 +44,147 @@ pub enum Command {
         warmstart show app.trace --format json > app.json\n  \
         warmstart show app.trace --format csv | sort -t, -k4 -n")]
     Show(ShowArgs),
+    /// Compile one or more traces of a launch into a plan.
+    #[command(after_help = "EXAMPLES:\n  \
+        warmstart compile a.trace b.trace -o app.plan          # keep what both launches read\n  \
+        warmstart compile *.trace --min-traces 2 -o app.plan   # ... at least two of them\n  \
+        warmstart compile a.trace --sorted -o hdd.plan         # physical order, for rotational disks\n  \
+        warmstart compile a.trace --merge-gap 0 --metadata-shift 0 --no-lookups -o fast.plan")]
+    Compile(CompileArgs),
+    /// Prefetch a plan now (alone, or beside a launch you start yourself).
+    #[command(after_help = "EXAMPLES:\n  \
+        warmstart replay app.plan & app           # prefetch alongside a launch\n  \
+        warmstart replay --wait app.plan          # until resident: the papers' prefetch-only time\n  \
+        warmstart replay --json --ioprio idle app.plan")]
+    Replay(ReplayArgs),
+    /// Launch a command through the launch manager: learn, then prefetch.
+    #[command(after_help = "EXAMPLES:\n  \
+        warmstart run -- gimp\n  \
+        warmstart run --profile writer -- libreoffice --writer\n  \
+        warmstart run --audit -v -- python3 -c 'import numpy'   # exact miss ratio from the recorder\n\n\
+        The first launches (--nrawseq, default 2) are recorded; then a plan is compiled and every\n\
+        later launch is prefetched. A miss ratio above --rmiss or changed files send it back to\n\
+        learning. The command's exit status, signals, terminal and environment are its own.")]
+    Run(RunArgs),
+    /// List the learned profiles.
+    #[command(after_help = "EXAMPLES:\n  warmstart status\n  warmstart status --json")]
+    Status(StatusArgs),
+    /// Forget a profile: its traces, plan and statistics.
+    #[command(
+        after_help = "EXAMPLES:\n  warmstart forget python3-1a2b3c4d\n  warmstart forget --all"
+    )]
+    Forget(ForgetArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CompileArgs {
+    /// Traces of the same launch, oldest first.
+    #[arg(required = true)]
+    pub traces: Vec<PathBuf>,
+    /// Where to write the plan.
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// Keep what appears in at least K traces (default: all of them).
+    #[arg(long, value_name = "K")]
+    pub min_traces: Option<u32>,
+    /// Range merge: read holes up to this many bytes to join ranges of a file.
+    #[arg(long, value_name = "BYTES", default_value_t = warmstart_plan::compile::DEFAULT_MERGE_GAP)]
+    pub merge_gap: u64,
+    /// Range merge: only join ranges at most this many schedule positions apart.
+    #[arg(long, value_name = "N", default_value_t = warmstart_plan::compile::DEFAULT_MERGE_DISTANCE)]
+    pub merge_distance: u32,
+    /// Metadata shift: move metadata ahead past up to this many bytes of data (0: off).
+    #[arg(long, value_name = "BYTES", default_value_t = warmstart_plan::compile::DEFAULT_METADATA_SHIFT)]
+    pub metadata_shift: u64,
+    /// Physical (FIEMAP) order, for rotational disks.
+    #[arg(long)]
+    pub sorted: bool,
+    /// Leave out path lookups.
+    #[arg(long)]
+    pub no_lookups: bool,
+    /// Launches reading less than this get an empty plan.
+    #[arg(long, value_name = "BYTES", default_value_t = warmstart_plan::compile::DEFAULT_MIN_LAUNCH_BYTES)]
+    pub min_launch_bytes: u64,
+    /// Never prefetch under this path prefix (repeatable).
+    #[arg(long, value_name = "PATH")]
+    pub exclude: Vec<String>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ReplayArgs {
+    pub plan: PathBuf,
+    /// Wait until the data is resident (the papers' prefetch-only time).
+    #[arg(long)]
+    pub wait: bool,
+    /// Worker threads issuing requests.
+    #[arg(long)]
+    pub workers: Option<usize>,
+    /// I/O priority of the replay: idle, or be:0..7.
+    #[arg(long, value_name = "PRIO")]
+    pub ioprio: Option<String>,
+    /// Stop when MemAvailable would fall below this many MiB.
+    #[arg(long, value_name = "MIB")]
+    pub memory_floor: Option<u64>,
+    /// Print the full report as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// Profile name (default: from the resolved executable and arguments).
+    #[arg(long)]
+    pub profile: Option<String>,
+    /// State directory (default: /var/lib/warmstart for root, else $XDG_STATE_HOME/warmstart).
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// Launches recorded before the first plan (FAST's N_rawseq).
+    #[arg(long, default_value_t = 2)]
+    pub nrawseq: u32,
+    /// Relearn when the miss ratio is above this (FAST's R_miss).
+    #[arg(long, default_value_t = 0.1)]
+    pub rmiss: f64,
+    /// concurrent (flash), sorted (rotational: app held until the prefetch completes), or auto (measured).
+    #[arg(long, value_enum, default_value_t = StrategyArg::Auto)]
+    pub strategy: StrategyArg,
+    /// Audit prefetched launches with the recorder: exact miss ratio (costs a BPF load per launch).
+    #[arg(long)]
+    pub audit: bool,
+    /// Print what the launch manager did (stderr), or with --json as JSON.
+    #[arg(short, long)]
+    pub verbose: bool,
+    /// Write the launch report as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StrategyArg {
+    Auto,
+    Concurrent,
+    Sorted,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct StatusArgs {
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ForgetArgs {
+    /// Profile to forget (see `warmstart status`).
+    #[arg(required_unless_present = "all")]
+    pub profile: Option<String>,
+    /// Forget every profile.
+    #[arg(long)]
+    pub all: bool,
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -1,6 +1,9 @@
 //! One module per subcommand. Each returns the process exit code.
 
+mod compile;
+mod manage;
 mod record;
+mod replay;
 mod show;
 
 use anyhow::Result;
@@ -11,6 +14,11 @@ pub fn dispatch(cli: Cli) -> Result<i32> {
     match cli.command {
         Command::Record(args) => record::run(args, cli.quiet),
         Command::Show(args) => show::run(args),
+        Command::Compile(args) => compile::run(args, cli.quiet),
+        Command::Replay(args) => replay::run(args, cli.quiet),
+        Command::Run(args) => manage::run(args, cli.quiet),
+        Command::Status(args) => manage::status(args),
+        Command::Forget(args) => manage::forget(args),
     }
 }
 

@@ -1,0 +1,502 @@
+//! `warmstart run`: one launch through the launch manager.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use warmstart_plan::compile::{compile, CompileOptions, Compiled};
+use warmstart_plan::{Plan, Trace};
+use warmstart_record::{Exit, HeldChild, SignalForwarder};
+use warmstart_replay::{Engine, RealBackend, Report};
+
+use crate::device::{self, DeviceCache};
+use crate::store::{self, valid_name, Phase, Profile, Store};
+use crate::Error;
+
+/// How to prefetch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Strategy {
+    /// Replay concurrently with the application (flash).
+    Concurrent,
+    /// Physically sorted replay, application held until it completes
+    /// (rotational disks: the seeks cost more than the overlap gains).
+    Sorted,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StrategyChoice {
+    /// Decided per device by a measured random-read latency probe.
+    Auto,
+    Fixed(Strategy),
+}
+
+/// The launch manager's parameters (FAST Table 2 names in brackets).
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub state_dir: PathBuf,
+    /// Launches recorded before the first plan [N_rawseq].
+    pub nrawseq: u32,
+    /// Relearn when the miss ratio exceeds this [R_miss].
+    pub rmiss: f64,
+    /// Relearn when more than this share of the plan's files changed.
+    pub stale_share: f64,
+    pub strategy: StrategyChoice,
+    /// Audit prefetching launches with the recorder (exact, costs a BPF load).
+    pub audit: bool,
+    pub compile: CompileOptions,
+    pub replay: warmstart_replay::Options,
+    pub record: warmstart_record::Options,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            state_dir: crate::default_state_dir(),
+            nrawseq: 2,
+            rmiss: 0.1,
+            stale_share: 0.1,
+            strategy: StrategyChoice::Auto,
+            audit: false,
+            compile: CompileOptions::default(),
+            replay: warmstart_replay::Options::default(),
+            record: warmstart_record::Options::default(),
+        }
+    }
+}
+
+/// What happened, for the user (`-v`/`--json`) and for tests.
+#[derive(Debug, Clone, Serialize)]
+pub struct LaunchReport {
+    pub profile: String,
+    pub phase_before: Phase,
+    pub phase_after: Phase,
+    pub strategy: Option<Strategy>,
+    /// Why the plan was not used, if it was not.
+    pub plan_problem: Option<String>,
+    pub replay: Option<Report>,
+    /// Bytes the application's processes read from storage themselves.
+    pub app_read_bytes: Option<u64>,
+    pub miss_ratio: Option<f64>,
+    /// Set when this launch sent the profile back to learning.
+    pub relearn_reason: Option<String>,
+    /// Audit trace (with `audit`): pages the application read itself.
+    pub audit_pages_from_storage: Option<u64>,
+    pub audit_pages: Option<u64>,
+    pub compiled: Option<String>,
+    pub exit_code: i32,
+    pub wall_ms: f64,
+}
+
+/// The profile name for a command: the executable's base name and a hash
+/// of its resolved path and arguments, so `python3 a.py` and `python3 b.py`
+/// are different launches.
+pub fn profile_name(argv: &[String]) -> String {
+    let exe = resolve_exe(&argv[0]);
+    let base = Path::new(&argv[0])
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "cmd".into());
+    let base: String = base
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let mut h = crc32fast::Hasher::new();
+    h.update(exe.as_bytes());
+    for a in &argv[1..] {
+        h.update(b"\0");
+        h.update(a.as_bytes());
+    }
+    format!("{}-{:08x}", base.trim_start_matches('.'), h.finalize())
+}
+
+fn resolve_exe(cmd: &str) -> String {
+    if cmd.contains('/') {
+        return std::fs::canonicalize(cmd)
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|_| cmd.to_string());
+    }
+    for dir in std::env::var("PATH").unwrap_or_default().split(':') {
+        let p = Path::new(dir).join(cmd);
+        if p.is_file() {
+            return std::fs::canonicalize(&p)
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|_| p.display().to_string());
+        }
+    }
+    cmd.to_string()
+}
+
+/// Compiles traces with FIEMAP available for the sorted order.
+pub fn compile_traces(
+    traces: &[Trace],
+    opts: &CompileOptions,
+) -> Result<Compiled, warmstart_plan::compile::CompileError> {
+    let mapper = device::fiemap::Mapper::default();
+    let mut compiled = compile(traces, opts, &|f, off| mapper.physical(&f.path, off))?;
+    compiled.plan.meta.created_unix_ms = store::now_ms();
+    Ok(compiled)
+}
+
+/// Runs `argv` through the launch manager and returns how it ended.
+pub fn run(
+    argv: &[String],
+    profile: Option<&str>,
+    cfg: &Config,
+) -> Result<(Exit, LaunchReport), Error> {
+    let start = Instant::now();
+    let name = match profile {
+        Some(n) if !valid_name(n) => return Err(Error::BadName(n.to_string())),
+        Some(n) => n.to_string(),
+        None => profile_name(argv),
+    };
+    let store = Store::open(&cfg.state_dir)?;
+    let mut prof = match store.load(&name) {
+        Ok(Some(p)) => p,
+        Ok(None) => Profile::new(&name, argv),
+        // A corrupt profile must not stop the launch: start it over.
+        Err(e) => {
+            eprintln!("warmstart: {e}; starting the profile over");
+            let _ = store.forget(&name);
+            Profile::new(&name, argv)
+        }
+    };
+    let mut report = LaunchReport {
+        profile: name.clone(),
+        phase_before: prof.phase,
+        phase_after: prof.phase,
+        strategy: None,
+        plan_problem: None,
+        replay: None,
+        app_read_bytes: None,
+        miss_ratio: None,
+        relearn_reason: None,
+        audit_pages_from_storage: None,
+        audit_pages: None,
+        compiled: None,
+        exit_code: 0,
+        wall_ms: 0.0,
+    };
+    prof.launches += 1;
+
+    let exit = match prof.phase {
+        Phase::Ignored => plain_launch(argv)?.0,
+        Phase::Learning => learn(argv, &store, &mut prof, cfg, &mut report)?,
+        Phase::Prefetching => match load_plan(&store, &name) {
+            Ok(plan) => prefetch(argv, &plan, &store, &mut prof, cfg, &mut report)?,
+            Err(why) => {
+                eprintln!("warmstart: {why}; launching without prefetching, and relearning");
+                report.plan_problem = Some(why.clone());
+                relearn(&mut prof, &store, why, &mut report);
+                plain_launch(argv)?.0
+            }
+        },
+    };
+    report.phase_after = prof.phase;
+    report.exit_code = exit.shell_code();
+    report.wall_ms = start.elapsed().as_secs_f64() * 1e3;
+    store.save(&mut prof)?;
+    Ok((exit, report))
+}
+
+fn load_plan(store: &Store, name: &str) -> Result<Plan, String> {
+    let p = store.plan_path(name);
+    let bytes = std::fs::read(&p).map_err(|e| format!("plan {} unreadable: {e}", p.display()))?;
+    Plan::from_bytes(&bytes).map_err(|e| format!("plan {} rejected: {e}", p.display()))
+}
+
+fn relearn(prof: &mut Profile, store: &Store, why: String, report: &mut LaunchReport) {
+    for t in prof.traces.drain(..) {
+        let _ = std::fs::remove_file(store.trace_path(&prof.name, &t));
+    }
+    let _ = std::fs::remove_file(store.plan_path(&prof.name));
+    prof.plan_bytes = None;
+    prof.phase = Phase::Learning;
+    prof.relearned += 1;
+    prof.note = Some(format!("relearning: {why}"));
+    report.relearn_reason = Some(why);
+}
+
+/// Keeps a trace in the profile; compiles once there are enough.
+fn add_trace(
+    trace: &Trace,
+    store: &Store,
+    prof: &mut Profile,
+    cfg: &Config,
+    report: &mut LaunchReport,
+) -> Result<(), Error> {
+    let file = format!("trace-{}", prof.next_trace);
+    prof.next_trace += 1;
+    let dir = store.dir(&prof.name);
+    std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+    store::write_atomic(&store.trace_path(&prof.name, &file), &trace.to_bytes())?;
+    prof.traces.push(file);
+    // Keep only the newest N_rawseq traces: older ones describe an older app.
+    while prof.traces.len() > cfg.nrawseq.max(1) as usize {
+        let old = prof.traces.remove(0);
+        let _ = std::fs::remove_file(store.trace_path(&prof.name, &old));
+    }
+    if prof.traces.len() < cfg.nrawseq.max(1) as usize {
+        prof.note = Some(format!(
+            "learning: {} of {} launches recorded",
+            prof.traces.len(),
+            cfg.nrawseq
+        ));
+        return Ok(());
+    }
+    let mut traces = Vec::new();
+    for t in &prof.traces {
+        let p = store.trace_path(&prof.name, t);
+        match std::fs::read(&p)
+            .ok()
+            .and_then(|b| Trace::from_bytes(&b).ok())
+        {
+            Some(t) => traces.push(t),
+            None => eprintln!("warmstart: ignoring unreadable trace {}", p.display()),
+        }
+    }
+    let compiled = match compile_traces(&traces, &cfg.compile) {
+        Ok(c) => c,
+        Err(e) => {
+            prof.note = Some(format!("compile failed: {e}"));
+            return Ok(());
+        }
+    };
+    if let Some(reason) = &compiled.report.empty {
+        prof.phase = Phase::Ignored;
+        prof.note = Some(format!("not prefetched: {reason:?}"));
+        report.compiled = prof.note.clone();
+        return Ok(());
+    }
+    let bytes = compiled.plan.to_bytes();
+    store::write_atomic(&store.plan_path(&prof.name), &bytes)?;
+    prof.plan_bytes = Some(bytes.len() as u64);
+    prof.phase = Phase::Prefetching;
+    prof.note = Some(format!(
+        "plan: {} entries, {} files, {} bytes to read",
+        compiled.plan.entries.len(),
+        compiled.plan.files.len(),
+        compiled.plan.data_bytes() + compiled.plan.meta_bytes()
+    ));
+    report.compiled = prof.note.clone();
+    Ok(())
+}
+
+fn learn(
+    argv: &[String],
+    store: &Store,
+    prof: &mut Profile,
+    cfg: &Config,
+    report: &mut LaunchReport,
+) -> Result<Exit, Error> {
+    let recorded = warmstart_record::record(argv, &cfg.record, |_| {})?;
+    for why in &recorded.fallbacks {
+        eprintln!("warmstart: recorder fell back from {why}");
+    }
+    // Compiling happens while the application goes on running. A failure
+    // here costs the profile a trace, never the launch its exit status.
+    if let Err(e) = add_trace(&recorded.trace, store, prof, cfg, report) {
+        eprintln!("warmstart: could not keep the trace: {e}");
+    }
+    recorded.wait().map_err(|e| Error::io(Path::new("wait"), e))
+}
+
+/// The strategy for this plan: configured, or measured once per device.
+fn strategy(plan: &Plan, store: &Store, cfg: &Config) -> Strategy {
+    if let StrategyChoice::Fixed(s) = cfg.strategy {
+        return s;
+    }
+    let Some(big) = plan.files.iter().max_by_key(|f| f.id.size) else {
+        return Strategy::Concurrent;
+    };
+    let cache_path = store.root().join("devices.json");
+    let mut cache = DeviceCache::load(&cache_path);
+    if let Some(v) = cache.devices.get(&big.id.dev) {
+        return if v.rotational {
+            Strategy::Sorted
+        } else {
+            Strategy::Concurrent
+        };
+    }
+    match device::probe(Path::new(&big.path)) {
+        Some((dev, v)) => {
+            cache.devices.insert(dev, v);
+            cache.save(&cache_path);
+            if v.rotational {
+                Strategy::Sorted
+            } else {
+                Strategy::Concurrent
+            }
+        }
+        None => Strategy::Concurrent,
+    }
+}
+
+fn prefetch(
+    argv: &[String],
+    plan: &Plan,
+    store: &Store,
+    prof: &mut Profile,
+    cfg: &Config,
+    report: &mut LaunchReport,
+) -> Result<Exit, Error> {
+    let strat = strategy(plan, store, cfg);
+    report.strategy = Some(strat);
+    let backend = RealBackend::new();
+    let mut ropts = cfg.replay.clone();
+    if strat == Strategy::Sorted {
+        ropts.wait = Some(warmstart_replay::Options::DEFAULT_WAIT_TIMEOUT);
+    }
+    let engine = match Engine::new(&backend, ropts) {
+        Ok(e) => e,
+        Err(e) => {
+            report.plan_problem = Some(format!("replay not started: {e}"));
+            return Ok(plain_launch(argv)?.0);
+        }
+    };
+    let cancel = engine.cancel_flag();
+
+    // The replay runs on its own threads, started before the exec; the
+    // sorted strategy waits for it to finish first.
+    let (exit, replay_report, audit) = std::thread::scope(|s| -> Result<_, Error> {
+        let mut running = None;
+        let mut done = None;
+        let mut start = || {
+            let h = s.spawn(|| engine.run(plan).ok());
+            if strat == Strategy::Sorted {
+                done = h.join().ok().flatten();
+            } else {
+                running = Some(h);
+            }
+        };
+        let (exit, audit) = if cfg.audit {
+            let recorded = warmstart_record::record(argv, &cfg.record, |_| start())?;
+            let trace = recorded.trace.clone();
+            (
+                recorded
+                    .wait()
+                    .map_err(|e| Error::io(Path::new("wait"), e))?,
+                Some(trace),
+            )
+        } else {
+            start();
+            let (exit, inblock) = plain_launch(argv)?;
+            report.app_read_bytes = Some(inblock);
+            (exit, None)
+        };
+        // Whatever the replay has not issued by now nobody needs.
+        cancel.store(true, Ordering::Relaxed);
+        if let Some(h) = running {
+            done = h.join().ok().flatten();
+        }
+        Ok((exit, done, audit))
+    })?;
+
+    let plan_bytes = (plan.data_bytes() + plan.meta_bytes()).max(1);
+    if let Some(t) = &audit {
+        // Exact: what the application's tree inserted into the page cache.
+        let read = t.stats.bytes_from_storage + t.stats.metadata_bytes;
+        report.app_read_bytes = Some(read);
+        report.audit_pages_from_storage = Some(t.stats.bytes_from_storage / 4096);
+        report.audit_pages = Some(t.stats.pages);
+    }
+    let miss = report.app_read_bytes.map(|b| b as f64 / plan_bytes as f64);
+    report.miss_ratio = miss;
+    prof.last_miss_ratio = miss;
+    let stale = replay_report
+        .as_ref()
+        .map_or(0, |r| r.skipped_files.len() as u64);
+    prof.last_stale_files = stale;
+    report.replay = replay_report;
+
+    let stale_share = stale as f64 / plan.files.len().max(1) as f64;
+    if stale_share > cfg.stale_share {
+        relearn(
+            prof,
+            store,
+            format!(
+                "{stale} of {} files changed since the plan was made",
+                plan.files.len()
+            ),
+            report,
+        );
+    } else if miss.is_some_and(|m| m > cfg.rmiss) {
+        relearn(
+            prof,
+            store,
+            format!(
+                "miss ratio {:.2} above {:.2}",
+                miss.unwrap_or(0.0),
+                cfg.rmiss
+            ),
+            report,
+        );
+    }
+    // An audited launch is a full recording: it seeds the new profile.
+    if prof.phase == Phase::Learning {
+        if let Some(t) = audit {
+            if let Err(e) = add_trace(&t, store, prof, cfg, report) {
+                eprintln!("warmstart: could not keep the audit trace: {e}");
+            }
+        }
+    }
+    Ok(exit)
+}
+
+/// Launches without recording. Returns the exit and the bytes the
+/// command's process tree read from storage (block input of waited-for
+/// children: the replay's own reads are this process's, not theirs).
+pub(crate) fn plain_launch(argv: &[String]) -> Result<(Exit, u64), Error> {
+    let before = children_inblock();
+    let held = HeldChild::spawn(argv).map_err(|source| Error::Spawn {
+        cmd: argv.join(" "),
+        source,
+    })?;
+    let mut signals = SignalForwarder::install().map_err(|e| Error::io(Path::new("signals"), e))?;
+    let mut running = held.release().map_err(|source| Error::Spawn {
+        cmd: argv.join(" "),
+        source,
+    })?;
+    let exit = loop {
+        signals.forward(&running);
+        if let Some(e) = running
+            .try_wait()
+            .map_err(|e| Error::io(Path::new("wait"), e))?
+        {
+            break e;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    Ok((exit, (children_inblock() - before) * 512))
+}
+
+fn children_inblock() -> u64 {
+    // SAFETY: getrusage writes into the struct we pass.
+    unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru);
+        ru.ru_inblock as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn profile_names_separate_arguments() {
+        let a = profile_name(&["sh".into(), "a.sh".into()]);
+        let b = profile_name(&["sh".into(), "b.sh".into()]);
+        assert_ne!(a, b);
+        assert!(a.starts_with("sh-"));
+        assert!(valid_name(&a));
+        assert!(valid_name(&profile_name(&["./weird name!".into()])));
+    }
+}

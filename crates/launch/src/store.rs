@@ -1,0 +1,235 @@
+//! Profiles on disk: one directory per profile under the state directory,
+//! holding `profile.json`, the raw traces and the compiled plan. Every
+//! write goes through a temporary file and a rename, so a crash never
+//! leaves a half-written profile or plan.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::Error;
+
+/// Where a profile is in FAST's launch-manager cycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    /// Recording raw launch sequences (the first N_rawseq launches).
+    Learning,
+    /// Replaying the plan alongside each launch.
+    Prefetching,
+    /// Too small to benefit: launched as is, never traced again.
+    Ignored,
+}
+
+/// One application's state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Profile {
+    pub name: String,
+    pub command: Vec<String>,
+    pub phase: Phase,
+    /// Launches through warmstart, all phases.
+    pub launches: u64,
+    /// Raw traces kept for the next compile (file names in the profile dir).
+    pub traces: Vec<String>,
+    /// Plan size in bytes, if there is a plan.
+    pub plan_bytes: Option<u64>,
+    /// Miss ratio of the last prefetched launch: bytes the application still
+    /// read from storage itself / bytes the plan prefetches.
+    pub last_miss_ratio: Option<f64>,
+    /// Files of the plan found changed or missing at the last replay.
+    pub last_stale_files: u64,
+    /// How many times the profile went back to learning.
+    pub relearned: u64,
+    /// Why the profile is where it is (for `status`).
+    pub note: Option<String>,
+    pub updated_unix_ms: u64,
+    /// Counter for trace file names.
+    #[serde(default)]
+    pub next_trace: u64,
+}
+
+impl Profile {
+    pub fn new(name: &str, command: &[String]) -> Profile {
+        Profile {
+            name: name.to_string(),
+            command: command.to_vec(),
+            phase: Phase::Learning,
+            launches: 0,
+            traces: Vec::new(),
+            plan_bytes: None,
+            last_miss_ratio: None,
+            last_stale_files: 0,
+            relearned: 0,
+            note: None,
+            updated_unix_ms: 0,
+            next_trace: 0,
+        }
+    }
+}
+
+/// The state directory.
+#[derive(Debug, Clone)]
+pub struct Store {
+    root: PathBuf,
+}
+
+/// `$XDG_STATE_HOME/warmstart` (or `~/.local/state/warmstart`) for users,
+/// `/var/lib/warmstart` for root.
+pub fn default_state_dir() -> PathBuf {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return PathBuf::from("/var/lib/warmstart");
+    }
+    if let Some(x) = std::env::var_os("XDG_STATE_HOME").filter(|x| !x.is_empty()) {
+        return PathBuf::from(x).join("warmstart");
+    }
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/tmp"));
+    home.join(".local/state/warmstart")
+}
+
+/// A profile name is a file name: letters, digits, `-`, `_`, `.`.
+pub fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 128
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+}
+
+impl Store {
+    pub fn open(root: &Path) -> Result<Store, Error> {
+        let profiles = root.join("profiles");
+        std::fs::create_dir_all(&profiles).map_err(|e| Error::io(&profiles, e))?;
+        Ok(Store {
+            root: root.to_path_buf(),
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn dir(&self, name: &str) -> PathBuf {
+        self.root.join("profiles").join(name)
+    }
+
+    pub fn plan_path(&self, name: &str) -> PathBuf {
+        self.dir(name).join("plan")
+    }
+
+    pub fn trace_path(&self, name: &str, file: &str) -> PathBuf {
+        self.dir(name).join(file)
+    }
+
+    pub fn load(&self, name: &str) -> Result<Option<Profile>, Error> {
+        let p = self.dir(name).join("profile.json");
+        match std::fs::read(&p) {
+            Ok(b) => serde_json::from_slice(&b)
+                .map(Some)
+                .map_err(|e| Error::CorruptProfile {
+                    path: p,
+                    why: e.to_string(),
+                }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io(&p, e)),
+        }
+    }
+
+    pub fn save(&self, prof: &mut Profile) -> Result<(), Error> {
+        prof.updated_unix_ms = now_ms();
+        let dir = self.dir(&prof.name);
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+        let bytes = serde_json::to_vec_pretty(prof).expect("profile serializes");
+        write_atomic(&dir.join("profile.json"), &bytes)
+    }
+
+    /// All profiles, by name. Unreadable ones are returned as errors in place.
+    pub fn list(&self) -> Vec<Result<Profile, Error>> {
+        let mut names: Vec<String> = std::fs::read_dir(self.root.join("profiles"))
+            .map(|rd| {
+                rd.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names
+            .into_iter()
+            .filter_map(|n| self.load(&n).transpose())
+            .collect()
+    }
+
+    /// Removes a profile and everything it learned.
+    pub fn forget(&self, name: &str) -> Result<bool, Error> {
+        let dir = self.dir(name);
+        if !dir.exists() {
+            return Ok(false);
+        }
+        std::fs::remove_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+        Ok(true)
+    }
+}
+
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Writes via a temporary file in the same directory, then renames.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let tmp = dir.join(format!(
+        ".{}.tmp{}",
+        path.file_name()
+            .map(|n| n.to_string_lossy())
+            .unwrap_or_default(),
+        std::process::id()
+    ));
+    std::fs::write(&tmp, bytes).map_err(|e| Error::io(&tmp, e))?;
+    std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        for (n, ok) in [
+            ("python3-1a2b", true),
+            ("", false),
+            ("../x", false),
+            (".hidden", false),
+            ("a b", false),
+        ] {
+            assert_eq!(valid_name(n), ok, "{n:?}");
+        }
+    }
+
+    #[test]
+    fn save_load_list_forget() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Store::open(d.path()).unwrap();
+        let mut p = Profile::new("app-1", &["app".into()]);
+        s.save(&mut p).unwrap();
+        assert_eq!(
+            s.load("app-1").unwrap().unwrap().command,
+            vec!["app".to_string()]
+        );
+        assert!(s.load("nope").unwrap().is_none());
+        std::fs::create_dir_all(s.dir("broken")).unwrap();
+        std::fs::write(s.dir("broken").join("profile.json"), b"{not json").unwrap();
+        let all = s.list();
+        assert_eq!(all.len(), 2);
+        assert!(all
+            .iter()
+            .any(|r| r.as_ref().is_err_and(|e| e.to_string().contains("broken"))));
+        assert!(s.forget("app-1").unwrap());
+        assert!(!s.forget("app-1").unwrap());
+    }
+}

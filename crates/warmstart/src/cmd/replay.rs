@@ -1,0 +1,60 @@
+//! `warmstart replay`: prefetch a plan.
+
+use anyhow::{Context, Result};
+use warmstart_plan::Plan;
+use warmstart_replay::{Engine, IoPriority, Options, RealBackend};
+
+use crate::cli::ReplayArgs;
+use crate::cmd::human_bytes;
+
+pub fn run(args: ReplayArgs, quiet: bool) -> Result<i32> {
+    let bytes =
+        std::fs::read(&args.plan).with_context(|| format!("reading {}", args.plan.display()))?;
+    let plan = Plan::from_bytes(&bytes).with_context(|| format!("{}", args.plan.display()))?;
+    let mut opts = Options::default();
+    if let Some(w) = args.workers {
+        opts.workers = w;
+        opts.queue_depth = 2 * w;
+    }
+    if let Some(p) = &args.ioprio {
+        opts.io_priority = Some(
+            p.parse::<IoPriority>()
+                .map_err(|e| anyhow::anyhow!("--ioprio {p}: {e}"))?,
+        );
+    }
+    if let Some(mib) = args.memory_floor {
+        opts.memory_floor = Some(mib << 20);
+    }
+    if args.wait {
+        opts.wait = Some(Options::DEFAULT_WAIT_TIMEOUT);
+    }
+    let backend = RealBackend::new();
+    let report = Engine::new(&backend, opts)?.run(&plan)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    }
+    if !quiet {
+        eprintln!(
+            "warmstart: issued {} data + {} metadata in {} requests, {} lookups; skipped {} files ({}), {} metadata; {:.1} ms{}",
+            human_bytes(report.data.bytes),
+            human_bytes(report.meta.bytes),
+            report.requests,
+            report.lookups.done,
+            report.skipped_files.len(),
+            human_bytes(report.skipped_data.bytes),
+            human_bytes(report.skipped_meta.bytes),
+            report.timings.total_ns as f64 / 1e6,
+            match &report.wait {
+                Some(w) => format!(", {} of {} pages resident{}", w.resident, w.pages, if w.timed_out { " (timed out)" } else { "" }),
+                None => String::new(),
+            }
+        );
+        for f in &report.skipped_files {
+            eprintln!("warmstart: skipped {}: {}", f.path, f.reason);
+        }
+        if report.stopped_by_memory {
+            eprintln!("warmstart: stopped early: memory is low");
+        }
+    }
+    Ok(0)
+}
