@@ -45,6 +45,10 @@ pub struct Config {
     pub strategy: StrategyChoice,
     /// Audit prefetching launches with the recorder (exact, costs a BPF load).
     pub audit: bool,
+    /// Before exec, let the replay issue this many requests ...
+    pub head_start_requests: u64,
+    /// ... or run this long, whichever comes first.
+    pub head_start: Duration,
     pub compile: CompileOptions,
     pub replay: warmstart_replay::Options,
     pub record: warmstart_record::Options,
@@ -59,6 +63,8 @@ impl Default for Config {
             stale_share: 0.1,
             strategy: StrategyChoice::Auto,
             audit: false,
+            head_start_requests: 8,
+            head_start: Duration::from_millis(10),
             compile: CompileOptions::default(),
             replay: warmstart_replay::Options::default(),
             record: warmstart_record::Options::default(),
@@ -362,6 +368,7 @@ fn prefetch(
         }
     };
     let cancel = engine.cancel_flag();
+    let progress = engine.progress();
 
     // The replay runs on its own threads, started before the exec; the
     // sorted strategy waits for it to finish first.
@@ -373,6 +380,15 @@ fn prefetch(
             if strat == Strategy::Sorted {
                 done = h.join().ok().flatten();
             } else {
+                // A head start: the application's very first reads would
+                // otherwise race the replay's first requests and win.
+                let t = Instant::now();
+                while progress.load(Ordering::Relaxed) < cfg.head_start_requests
+                    && t.elapsed() < cfg.head_start
+                    && !h.is_finished()
+                {
+                    std::thread::sleep(Duration::from_micros(100));
+                }
                 running = Some(h);
             }
         };
@@ -401,6 +417,8 @@ fn prefetch(
 
     let plan_bytes = (plan.data_bytes() + plan.meta_bytes()).max(1);
     if let Some(t) = &audit {
+        // Kept for `warmstart show`: what the application still read itself.
+        let _ = store::write_atomic(&store.dir(&prof.name).join("last-audit"), &t.to_bytes());
         // Exact: what the application's tree inserted into the page cache.
         let read = t.stats.bytes_from_storage + t.stats.metadata_bytes;
         report.app_read_bytes = Some(read);

@@ -114,6 +114,7 @@ pub struct Engine<'b, B: Backend> {
     backend: &'b B,
     opts: Options,
     cancel: Arc<AtomicBool>,
+    progress: Arc<AtomicU64>,
 }
 
 impl<'b, B: Backend> Engine<'b, B> {
@@ -131,6 +132,7 @@ impl<'b, B: Backend> Engine<'b, B> {
             backend,
             opts,
             cancel: Arc::new(AtomicBool::new(false)),
+            progress: Arc::new(AtomicU64::new(0)),
         })
     }
 
@@ -145,6 +147,14 @@ impl<'b, B: Backend> Engine<'b, B> {
         Arc::clone(&self.cancel)
     }
 
+    /// Requests issued so far by [`run`](Self::run) (data, metadata and
+    /// lookups), readable while it runs: the launch manager gives the
+    /// replay a head start of a few requests before letting the
+    /// application exec.
+    pub fn progress(&self) -> Arc<AtomicU64> {
+        Arc::clone(&self.progress)
+    }
+
     /// Replays `plan`: issues its schedule, then optionally waits for
     /// residency. Fails only on an invalid plan, unreadable memory state at
     /// start, or a worker thread that cannot be started; everything else is
@@ -157,7 +167,8 @@ impl<'b, B: Backend> Engine<'b, B> {
             .opts
             .memory_floor
             .unwrap_or_else(|| Options::default_memory_floor(mem.total));
-        let state = State::new(self.backend, plan, &self.opts);
+        let mut state = State::new(self.backend, plan, &self.opts);
+        state.progress = Some(Arc::clone(&self.progress));
         let setup = t0.elapsed();
 
         let t1 = Instant::now();
@@ -492,6 +503,8 @@ struct State<'a, B: Backend> {
     meta: Mutex<Count>,
     lookups: Mutex<LookupCounts>,
     requests: AtomicU64,
+    /// The engine's progress counter, shared with the launch manager.
+    progress: Option<Arc<AtomicU64>>,
     files_opened: AtomicU64,
     failed_requests: AtomicU64,
     errors: Mutex<(Vec<String>, u64)>,
@@ -556,6 +569,7 @@ impl<'a, B: Backend> State<'a, B> {
             meta: Mutex::new(Count::default()),
             lookups: Mutex::new(LookupCounts::default()),
             requests: AtomicU64::new(0),
+            progress: None,
             files_opened: AtomicU64::new(0),
             failed_requests: AtomicU64::new(0),
             errors: Mutex::new((Vec::new(), 0)),
@@ -603,6 +617,9 @@ impl<'a, B: Backend> State<'a, B> {
             match res {
                 Ok(()) => {
                     self.requests.fetch_add(1, Ordering::Relaxed);
+                    if let Some(p) = &self.progress {
+                        p.fetch_add(1, Ordering::Relaxed);
+                    }
                     let mut c = lock(&self.data);
                     c.bytes += len;
                     c.entries += u64::from(first);
@@ -707,6 +724,9 @@ impl<'a, B: Backend> State<'a, B> {
         });
         if issued {
             self.requests.fetch_add(1, Ordering::Relaxed);
+            if let Some(p) = &self.progress {
+                p.fetch_add(1, Ordering::Relaxed);
+            }
             let mut c = lock(&self.meta);
             c.bytes += len;
             c.entries += u64::from(first);

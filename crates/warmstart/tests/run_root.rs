@@ -1,0 +1,243 @@
+//! End-to-end tests of `warmstart run` (the launch manager) on the real
+//! kernel (root): learning, prefetching audited by the recorder, stale
+//! files, bad plans, and the wrapper's transparency.
+
+mod util;
+
+use std::path::Path;
+use std::process::Command;
+
+use util::*;
+
+fn run_cmd(state: &Path, extra: &[&str], report: &Path, cmd: &[&str]) -> std::process::Output {
+    run(Command::new(warmstart())
+        .args(["run", "--strategy", "concurrent", "--state-dir"])
+        .arg(state)
+        .args(["--profile", "fixture", "--report"])
+        .arg(report)
+        .args(extra)
+        .arg("--")
+        .args(cmd))
+}
+
+fn report(p: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(p).expect("launch report written"))
+        .expect("report is JSON")
+}
+
+#[test]
+fn root_run_learns_prefetches_and_relearns() {
+    if !require_root("root_run_learns_prefetches_and_relearns") {
+        return;
+    }
+    let fs = LoopFs::new("ext4", 96);
+    run_ok(Command::new(fixture()).arg("gen").arg(&fs.mnt));
+    let state = tempfile::tempdir().unwrap();
+    let rep = state.path().join("report.json");
+    let fx = fixture().display().to_string();
+    let mnt = fs.mnt.display().to_string();
+    let cmd = [fx.as_str(), "run", mnt.as_str()];
+
+    // Two learning launches (N_rawseq = 2), the second compiles the plan.
+    for i in 0..2 {
+        fs.evict();
+        let out = run_cmd(state.path(), &[], &rep, &cmd);
+        assert!(
+            out.status.success(),
+            "learning launch {i}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let r = report(&rep);
+        assert_eq!(r["phase_before"], "learning");
+    }
+    assert_eq!(
+        report(&rep)["phase_after"],
+        "prefetching",
+        "{}",
+        report(&rep)
+    );
+
+    // A cold, prefetched, audited launch: the application reads (almost)
+    // nothing from storage itself.
+    fs.evict();
+    let out = run_cmd(state.path(), &["--audit"], &rep, &cmd);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = report(&rep);
+    assert_eq!(r["phase_before"], "prefetching");
+    assert_eq!(r["phase_after"], "prefetching", "{r}");
+    let touched: u64 = touches(&out.stdout).iter().map(|t| t.2).sum();
+    let self_read = r["audit_pages_from_storage"].as_u64().unwrap();
+    assert!(
+        r["replay"]["data"]["bytes"].as_u64().unwrap() > 2 << 20,
+        "the replay prefetched the fixture's data: {r}"
+    );
+    assert!(
+        (self_read as f64) <= 0.01 * touched as f64,
+        "the fixture read {self_read} of its {touched} touched pages itself (> 1%): {r}"
+    );
+
+    // Half of the files replaced: detected, skipped, counted, relearned.
+    let data = fs.mnt.join("data");
+    for name in ["f00", "f02", "f04", "f06", "f01", "f03"] {
+        let p = data.join(name);
+        let content = std::fs::read(&p).unwrap();
+        std::fs::remove_file(&p).unwrap();
+        std::fs::write(&p, content).unwrap();
+    }
+    fs.evict();
+    let out = run_cmd(state.path(), &[], &rep, &cmd);
+    assert!(out.status.success());
+    let r = report(&rep);
+    let skipped = r["replay"]["skipped_files"].as_array().unwrap();
+    assert!(skipped.len() >= 6, "replaced files are skipped: {r}");
+    assert!(
+        skipped
+            .iter()
+            .all(|s| s["reason"] == "changed" || s["reason"] == "missing"),
+        "{r}"
+    );
+    assert_eq!(
+        r["phase_after"], "learning",
+        "changed files trigger relearning: {r}"
+    );
+    assert!(
+        r["relearn_reason"].as_str().unwrap().contains("changed"),
+        "{r}"
+    );
+}
+
+#[test]
+fn root_run_rejects_bad_plans_and_still_launches() {
+    if !require_root("root_run_rejects_bad_plans_and_still_launches") {
+        return;
+    }
+    let state = tempfile::tempdir().unwrap();
+    let rep = state.path().join("report.json");
+    let cmd = ["python3", "-c", "import json, email; print('ran')"];
+    for _ in 0..2 {
+        run_ok(
+            Command::new(warmstart())
+                .args(["run", "--state-dir"])
+                .arg(state.path())
+                .args(["--profile", "py", "--"])
+                .args(cmd),
+        );
+    }
+    let plan = state.path().join("profiles/py/plan");
+    let good = std::fs::read(&plan).expect("a plan after two launches");
+    let mut corrupt = good.clone();
+    let n = corrupt.len();
+    corrupt[n / 2] ^= 0x55;
+    let mut future = good.clone();
+    future[8] = 99;
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("corrupt", corrupt, "checksum"),
+        ("truncated", good[..good.len() / 2].to_vec(), "truncated"),
+        ("foreign version", future, "version 99"),
+        (
+            "not a plan",
+            b"#!/bin/sh\necho hello\n".to_vec(),
+            "not a warmstart plan",
+        ),
+    ];
+    for (name, bytes, want) in cases {
+        // Restore a prefetching profile with the bad plan in place.
+        let prof_path = state.path().join("profiles/py/profile.json");
+        let mut prof: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&prof_path).unwrap()).unwrap();
+        prof["phase"] = "prefetching".into();
+        std::fs::write(&prof_path, serde_json::to_vec(&prof).unwrap()).unwrap();
+        std::fs::write(&plan, &bytes).unwrap();
+        let out = run(Command::new(warmstart())
+            .args(["run", "--state-dir"])
+            .arg(state.path())
+            .args(["--profile", "py", "--report"])
+            .arg(&rep)
+            .arg("--")
+            .args(cmd));
+        assert!(out.status.success(), "{name}: the launch proceeds");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "ran\n", "{name}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(want) && err.contains("without prefetching"),
+            "{name}: {err}"
+        );
+        let r = report(&rep);
+        assert!(r["replay"].is_null(), "{name}: nothing replayed");
+        assert_eq!(r["phase_after"], "learning", "{name}: relearning");
+    }
+}
+
+#[test]
+fn root_run_wrapper_is_transparent() {
+    if !require_root("root_run_wrapper_is_transparent") {
+        return;
+    }
+    let state = tempfile::tempdir().unwrap();
+    // Every phase: learning (recorded), then prefetching (replayed).
+    for round in 0..4 {
+        let w = |args: &[&str]| {
+            run(Command::new(warmstart())
+                .args(["-q", "run", "--state-dir"])
+                .arg(state.path())
+                .args(args))
+        };
+        let out = w(&[
+            "--profile",
+            "exit",
+            "--",
+            "sh",
+            "-c",
+            "echo out; echo err >&2; exit 7",
+        ]);
+        assert_eq!(out.status.code(), Some(7), "round {round}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "out\n");
+        assert_eq!(String::from_utf8_lossy(&out.stderr), "err\n");
+        let out = w(&["--profile", "sig", "--", "sh", "-c", "kill -TERM $$"]);
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(out.status.signal(), Some(15), "round {round}: same signal");
+        // Environment and working directory are the command's.
+        let out = run(Command::new(warmstart())
+            .args(["-q", "run", "--state-dir"])
+            .arg(state.path())
+            .args([
+                "--profile",
+                "env",
+                "--",
+                "sh",
+                "-c",
+                "echo $WS_TEST_VAR; pwd",
+            ])
+            .env("WS_TEST_VAR", "hello")
+            .current_dir("/usr"));
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "hello\n/usr\n");
+    }
+    // SIGTERM to the wrapper reaches the command.
+    let mut child = Command::new(warmstart())
+        .args(["-q", "run", "--state-dir"])
+        .arg(state.path())
+        .args(["--profile", "term", "--", "sleep", "30"])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    // SAFETY: sending a signal to our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let st = child.wait().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        st.signal(),
+        Some(15),
+        "the command died of the forwarded SIGTERM"
+    );
+    // A missing command is a clear error.
+    let out = run(Command::new(warmstart())
+        .args(["run", "--state-dir"])
+        .arg(state.path())
+        .args(["--", "/nonexistent/cmd"]));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot start"));
+}
