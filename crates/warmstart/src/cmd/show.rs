@@ -4,7 +4,7 @@ use std::io::Write;
 
 use anyhow::{Context, Result};
 use serde_json::json;
-use warmstart_plan::Trace;
+use warmstart_plan::{Entry, Plan, Trace};
 
 use crate::cli::{Format, ShowArgs};
 use crate::cmd::human_bytes;
@@ -12,8 +12,13 @@ use crate::cmd::human_bytes;
 pub fn run(args: ShowArgs) -> Result<i32> {
     let bytes =
         std::fs::read(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
-    let trace = Trace::from_bytes(&bytes).with_context(|| format!("{}", args.file.display()))?;
     let mut out = std::io::stdout().lock();
+    if bytes.starts_with(b"WSPLAN\0\0") {
+        let plan = Plan::from_bytes(&bytes).with_context(|| format!("{}", args.file.display()))?;
+        show_plan(&plan, bytes.len(), args.format, &mut out)?;
+        return Ok(0);
+    }
+    let trace = Trace::from_bytes(&bytes).with_context(|| format!("{}", args.file.display()))?;
     match args.format {
         Format::Summary => summary(&trace, &mut out)?,
         Format::Table => table(&trace, &mut out)?,
@@ -254,5 +259,115 @@ fn csv(t: &Trace, out: &mut impl Write) -> Result<()> {
         ])?;
     }
     w.flush()?;
+    Ok(())
+}
+
+/// The public JSON form of a plan. Fields are only ever added.
+pub fn plan_json(p: &Plan) -> serde_json::Value {
+    json!({
+        "format": "warmstart-plan",
+        "version": format!("{}.{}", warmstart_plan::plan::PLAN_MAJOR, warmstart_plan::plan::PLAN_MINOR),
+        "meta": {
+            "command": p.meta.command,
+            "created_unix_ms": p.meta.created_unix_ms,
+            "traces": p.meta.traces,
+            "min_traces": p.meta.min_traces,
+            "passes": p.meta.passes,
+            "sorted": p.meta.sorted,
+        },
+        "files": p.files.iter().map(|f| json!({
+            "path": f.path, "dev": f.id.dev, "ino": f.id.ino, "size": f.id.size,
+            "mtime_ns": f.id.mtime_ns, "ctime_ns": f.id.ctime_ns,
+        })).collect::<Vec<_>>(),
+        "lookups": p.lookups.iter().map(|l| json!({"op": l.kind.name(), "path": l.path})).collect::<Vec<_>>(),
+        "entries": p.entries.iter().map(|e| match *e {
+            Entry::Data { file, offset, len } => json!({"kind": "data", "file": file, "offset": offset, "length": len}),
+            Entry::Meta { device, offset, len } => json!({"kind": "metadata", "device": device, "offset": offset, "length": len}),
+            Entry::Lookup { index } => json!({"kind": "lookup", "lookup": index}),
+        }).collect::<Vec<_>>(),
+    })
+}
+
+fn entry_row(p: &Plan, e: &Entry) -> [String; 4] {
+    match *e {
+        Entry::Data { file, offset, len } => [
+            "data".into(),
+            p.files[file as usize].path.clone(),
+            offset.to_string(),
+            len.to_string(),
+        ],
+        Entry::Meta {
+            device,
+            offset,
+            len,
+        } => [
+            "metadata".into(),
+            format!("[{}:{}]", libc::major(device), libc::minor(device)),
+            offset.to_string(),
+            len.to_string(),
+        ],
+        Entry::Lookup { index } => {
+            let l = &p.lookups[index as usize];
+            [
+                l.kind.name().into(),
+                l.path.clone(),
+                String::new(),
+                String::new(),
+            ]
+        }
+    }
+}
+
+fn show_plan(p: &Plan, size: usize, format: Format, out: &mut impl Write) -> Result<()> {
+    match format {
+        Format::Summary => {
+            writeln!(out, "plan for:     {}", p.meta.command.join(" "))?;
+            writeln!(
+                out,
+                "made from:    {} traces (kept what {} had), {}",
+                p.meta.traces,
+                p.meta.min_traces,
+                if p.meta.sorted {
+                    "physical order"
+                } else {
+                    "access order"
+                }
+            )?;
+            writeln!(out, "passes:       {}", p.meta.passes.join("; "))?;
+            writeln!(
+                out,
+                "schedule:     {} entries: {} data in {} files, {} metadata, {} lookups",
+                p.entries.len(),
+                human_bytes(p.data_bytes()),
+                p.files.len(),
+                human_bytes(p.meta_bytes()),
+                p.lookups.len()
+            )?;
+            writeln!(out, "plan size:    {}", human_bytes(size as u64))?;
+        }
+        Format::Json => {
+            serde_json::to_writer_pretty(&mut *out, &plan_json(p))?;
+            writeln!(out)?;
+        }
+        Format::Table => {
+            writeln!(
+                out,
+                "{:>6} {:>9} {:>12} {:>10}  path",
+                "#", "kind", "offset", "length"
+            )?;
+            for (i, e) in p.entries.iter().enumerate() {
+                let [k, path, off, len] = entry_row(p, e);
+                writeln!(out, "{i:>6} {k:>9} {off:>12} {len:>10}  {path}")?;
+            }
+        }
+        Format::Csv => {
+            let mut w = csv::Writer::from_writer(out);
+            w.write_record(["kind", "path", "offset", "length"])?;
+            for e in &p.entries {
+                w.write_record(entry_row(p, e))?;
+            }
+            w.flush()?;
+        }
+    }
     Ok(())
 }
