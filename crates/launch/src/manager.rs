@@ -90,6 +90,8 @@ pub struct LaunchReport {
     /// Audit trace (with `audit`): pages the application read itself.
     pub audit_pages_from_storage: Option<u64>,
     pub audit_pages: Option<u64>,
+    /// Audit: bytes the application read from storage that the plan lacks.
+    pub uncovered_bytes: Option<u64>,
     pub compiled: Option<String>,
     pub exit_code: i32,
     pub wall_ms: f64,
@@ -186,6 +188,7 @@ pub fn run(
         relearn_reason: None,
         audit_pages_from_storage: None,
         audit_pages: None,
+        uncovered_bytes: None,
         compiled: None,
         exit_code: 0,
         wall_ms: 0.0,
@@ -354,6 +357,7 @@ fn prefetch(
     report: &mut LaunchReport,
 ) -> Result<Exit, Error> {
     let strat = strategy(plan, store, cfg);
+    let do_audit = cfg.audit || prof.audit_next;
     report.strategy = Some(strat);
     let backend = RealBackend::new();
     let mut ropts = cfg.replay.clone();
@@ -392,7 +396,7 @@ fn prefetch(
                 running = Some(h);
             }
         };
-        let (exit, audit) = if cfg.audit {
+        let (exit, audit) = if do_audit {
             let recorded = warmstart_record::record(argv, &cfg.record, |_| start())?;
             let trace = recorded.trace.clone();
             (
@@ -416,18 +420,29 @@ fn prefetch(
     })?;
 
     let plan_bytes = (plan.data_bytes() + plan.meta_bytes()).max(1);
+    // The cheap check counts every byte the application read itself,
+    // including pages the plan has but the replay had not reached yet (a
+    // late prefetch, which relearning cannot fix). So a high cheap miss
+    // ratio only asks for an exact audit next time; the exact audit
+    // separates pages the plan lacks (coverage misses) and decides.
+    let audited = audit.is_some();
     if let Some(t) = &audit {
         // Kept for `warmstart show`: what the application still read itself.
         let _ = store::write_atomic(&store.dir(&prof.name).join("last-audit"), &t.to_bytes());
-        // Exact: what the application's tree inserted into the page cache.
         let read = t.stats.bytes_from_storage + t.stats.metadata_bytes;
         report.app_read_bytes = Some(read);
         report.audit_pages_from_storage = Some(t.stats.bytes_from_storage / 4096);
         report.audit_pages = Some(t.stats.pages);
+        report.uncovered_bytes = Some(uncovered_bytes(plan, t));
     }
-    let miss = report.app_read_bytes.map(|b| b as f64 / plan_bytes as f64);
+    let miss = if audited {
+        report.uncovered_bytes.map(|b| b as f64 / plan_bytes as f64)
+    } else {
+        report.app_read_bytes.map(|b| b as f64 / plan_bytes as f64)
+    };
     report.miss_ratio = miss;
     prof.last_miss_ratio = miss;
+    prof.audit_next = false;
     let stale = replay_report
         .as_ref()
         .map_or(0, |r| r.skipped_files.len() as u64);
@@ -445,17 +460,20 @@ fn prefetch(
             ),
             report,
         );
-    } else if miss.is_some_and(|m| m > cfg.rmiss) {
-        relearn(
-            prof,
-            store,
-            format!(
-                "miss ratio {:.2} above {:.2}",
-                miss.unwrap_or(0.0),
-                cfg.rmiss
-            ),
-            report,
-        );
+    } else if let Some(m) = miss.filter(|m| *m > cfg.rmiss) {
+        if audited {
+            relearn(
+                prof,
+                store,
+                format!("miss ratio {m:.2} above {:.2}", cfg.rmiss),
+                report,
+            );
+        } else {
+            prof.audit_next = true;
+            prof.note = Some(format!(
+                "read {m:.2} of the plan itself: the next launch is audited"
+            ));
+        }
     }
     // An audited launch is a full recording: it seeds the new profile.
     if prof.phase == Phase::Learning {
@@ -504,6 +522,52 @@ fn children_inblock() -> u64 {
     }
 }
 
+/// Bytes the audited launch read from storage itself in ranges the plan
+/// does not prefetch: the plan's coverage misses (files by path).
+fn uncovered_bytes(plan: &Plan, audit: &Trace) -> u64 {
+    use std::collections::HashMap;
+    use warmstart_plan::Entry;
+    let mut covered: HashMap<&str, Vec<(u64, u64)>> = HashMap::new();
+    for e in &plan.entries {
+        if let Entry::Data { file, offset, len } = *e {
+            covered
+                .entry(plan.files[file as usize].path.as_str())
+                .or_default()
+                .push((offset, offset + len));
+        }
+    }
+    for v in covered.values_mut() {
+        v.sort_unstable();
+        // Merge overlaps so one binary search answers "is this page covered".
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(v.len());
+        for &(s, e) in v.iter() {
+            match merged.last_mut() {
+                Some(last) if s <= last.1 => last.1 = last.1.max(e),
+                _ => merged.push((s, e)),
+            }
+        }
+        *v = merged;
+    }
+    let mut missing = 0;
+    for f in &audit.files {
+        let ranges = f.path.as_deref().and_then(|p| covered.get(p));
+        for e in f.extents.iter().filter(|e| e.from_storage) {
+            let mut page = e.offset;
+            while page < e.end() {
+                let hit = ranges.is_some_and(|r| {
+                    let i = r.partition_point(|(s, _)| *s <= page);
+                    i > 0 && r[i - 1].1 > page
+                });
+                if !hit {
+                    missing += warmstart_plan::trace::PAGE_SIZE;
+                }
+                page += warmstart_plan::trace::PAGE_SIZE;
+            }
+        }
+    }
+    missing
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -516,5 +580,71 @@ mod tests {
         assert!(a.starts_with("sh-"));
         assert!(valid_name(&a));
         assert!(valid_name(&profile_name(&["./weird name!".into()])));
+    }
+
+    #[test]
+    fn coverage_misses_count_only_what_the_plan_lacks() {
+        use warmstart_plan::plan::{PlanFile, PlanMeta};
+        use warmstart_plan::trace::*;
+        let plan = Plan {
+            meta: PlanMeta {
+                command: vec![],
+                created_unix_ms: 0,
+                traces: 1,
+                min_traces: 1,
+                passes: vec![],
+                sorted: false,
+            },
+            files: vec![PlanFile {
+                path: "/a".into(),
+                id: FileId::default(),
+            }],
+            lookups: vec![],
+            entries: vec![
+                warmstart_plan::Entry::Data {
+                    file: 0,
+                    offset: 0,
+                    len: 8192,
+                },
+                warmstart_plan::Entry::Data {
+                    file: 0,
+                    offset: 4096,
+                    len: 8192,
+                },
+            ],
+        };
+        let ext = |offset, len, from_storage| Extent {
+            offset,
+            len,
+            t_ns: 0,
+            from_storage,
+        };
+        let file = |path: &str, extents| FileTrace {
+            path: Some(path.into()),
+            id: FileId::default(),
+            extents,
+        };
+        let audit = Trace {
+            meta: TraceMeta {
+                command: vec![],
+                cwd: "/".into(),
+                backend: Backend::Bpf,
+                cache: CacheState::AsFound,
+                end: EndReason::Exited,
+                exit_code: Some(0),
+                started_unix_ms: 0,
+                hostname: String::new(),
+            },
+            files: vec![
+                // pages 0..3 covered (overlapping entries), page 3 not, page 4 cached
+                file("/a", vec![ext(0, 16384, true), ext(16384, 4096, false)]),
+                // a file the plan lacks entirely
+                file("/b", vec![ext(0, 8192, true)]),
+            ],
+            metadata: vec![],
+            namespace_ops: vec![],
+            stats: TraceStats::default(),
+        };
+        assert_eq!(uncovered_bytes(&plan, &audit), 4096 + 8192);
     }
 }

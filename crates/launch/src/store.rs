@@ -46,6 +46,9 @@ pub struct Profile {
     /// Counter for trace file names.
     #[serde(default)]
     pub next_trace: u64,
+    /// The cheap check saw a high miss ratio: audit the next launch exactly.
+    #[serde(default)]
+    pub audit_next: bool,
 }
 
 impl Profile {
@@ -63,6 +66,7 @@ impl Profile {
             note: None,
             updated_unix_ms: 0,
             next_trace: 0,
+            audit_next: false,
         }
     }
 }

@@ -150,6 +150,9 @@ pub struct RunArgs {
     /// Audit prefetched launches with the recorder: exact miss ratio (costs a BPF load per launch).
     #[arg(long)]
     pub audit: bool,
+    /// Replay worker threads (default: the launch manager's).
+    #[arg(long)]
+    pub workers: Option<usize>,
     /// Print what the launch manager did (stderr), or with --json as JSON.
     #[arg(short, long)]
     pub verbose: bool,

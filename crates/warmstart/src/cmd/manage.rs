@@ -7,7 +7,7 @@ use crate::cli::{ForgetArgs, RunArgs, StatusArgs, StrategyArg};
 use crate::cmd::human_bytes;
 
 pub fn run(args: RunArgs, quiet: bool) -> Result<i32> {
-    let cfg = Config {
+    let mut cfg = Config {
         state_dir: args
             .state_dir
             .clone()
@@ -22,6 +22,10 @@ pub fn run(args: RunArgs, quiet: bool) -> Result<i32> {
         audit: args.audit,
         ..Config::default()
     };
+    if let Some(w) = args.workers {
+        cfg.replay.workers = w.clamp(1, 64);
+        cfg.replay.queue_depth = 2 * cfg.replay.workers;
+    }
     let (exit, report) = warmstart_launch::run(&args.command, args.profile.as_deref(), &cfg)?;
     if let Some(p) = &args.report {
         std::fs::write(p, serde_json::to_vec_pretty(&report)?)
