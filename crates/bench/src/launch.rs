@@ -1,0 +1,377 @@
+//! Launching the program and deciding when its launch is complete.
+//!
+//! Completion is process exit by default. Programs that stay up (servers,
+//! GUIs, a REPL) are complete when they can serve their user: a line on
+//! stdout/stderr matching a pattern, a file appearing, a TCP port
+//! accepting, or an X11 window being mapped. The program is then stopped
+//! (its whole process group), so that the next launch starts from the
+//! state the scenario prepares.
+
+use std::fmt;
+use std::io::{BufRead, BufReader, Read};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use regex::Regex;
+
+use crate::os;
+
+/// When a launch is complete.
+#[derive(Debug, Clone)]
+pub enum Ready {
+    /// The command exits.
+    Exit,
+    /// A line of stdout or stderr matches.
+    Output(Regex),
+    /// This path exists (it is removed before each launch).
+    File(PathBuf),
+    /// A TCP connection to HOST:PORT succeeds.
+    Port(String),
+    /// A visible X11 window whose name matches (polled with xdotool).
+    Window(String),
+}
+
+impl FromStr for Ready {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (kind, arg) = s.split_once(':').unwrap_or((s, ""));
+        match kind {
+            "exit" if arg.is_empty() => Ok(Ready::Exit),
+            "output" => Regex::new(arg)
+                .map(Ready::Output)
+                .map_err(|e| format!("bad pattern: {e}")),
+            "file" if !arg.is_empty() => Ok(Ready::File(PathBuf::from(arg))),
+            "port" if !arg.is_empty() => {
+                let addr = if arg.contains(':') {
+                    arg.to_string()
+                } else {
+                    format!("127.0.0.1:{arg}")
+                };
+                Ok(Ready::Port(addr))
+            }
+            "window" if !arg.is_empty() => Ok(Ready::Window(arg.to_string())),
+            _ => Err(format!(
+                "unknown readiness {s:?}: use exit, output:REGEX, file:PATH, port:[HOST:]PORT or window:NAME"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for Ready {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Ready::Exit => f.write_str("exit"),
+            Ready::Output(r) => write!(f, "output:{}", r.as_str()),
+            Ready::File(p) => write!(f, "file:{}", p.display()),
+            Ready::Port(a) => write!(f, "port:{a}"),
+            Ready::Window(n) => write!(f, "window:{n}"),
+        }
+    }
+}
+
+impl Ready {
+    /// Polls a probe that needs no pipe: file, port, window. `None` for
+    /// exit and output, which are observed otherwise.
+    pub fn poll(&self) -> Option<bool> {
+        match self {
+            Ready::File(p) => Some(p.exists()),
+            Ready::Port(a) => Some(
+                a.to_socket_addrs()
+                    .ok()
+                    .and_then(|mut i| i.next())
+                    .is_some_and(|sa| {
+                        TcpStream::connect_timeout(&sa, Duration::from_millis(50)).is_ok()
+                    }),
+            ),
+            Ready::Window(name) => Some(
+                Command::new("xdotool")
+                    .args(["search", "--onlyvisible", "--name", name])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status()
+                    .is_ok_and(|s| s.success()),
+            ),
+            Ready::Exit | Ready::Output(_) => None,
+        }
+    }
+
+    /// How often to poll: spawning xdotool costs a few milliseconds of the
+    /// CPU the launch is using, so it is polled less often.
+    pub fn interval(&self) -> Duration {
+        match self {
+            Ready::Window(_) => Duration::from_millis(20),
+            Ready::Port(_) | Ready::File(_) => Duration::from_millis(2),
+            _ => Duration::from_micros(500),
+        }
+    }
+
+    /// Undoes what a previous launch left that would make the probe fire
+    /// at once.
+    pub fn reset(&self) {
+        if let Ready::File(p) = self {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+/// What to launch and how.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub name: String,
+    pub argv: Vec<String>,
+    pub cwd: Option<PathBuf>,
+    pub env: Vec<(String, String)>,
+    pub ready: Ready,
+    pub prepare: Option<String>,
+    pub cleanup: Option<String>,
+    pub timeout: Duration,
+}
+
+/// One finished launch.
+#[derive(Debug, Clone, Copy)]
+pub struct Launched {
+    pub time: Duration,
+    pub exit_code: Option<i32>,
+}
+
+/// Runs a shell command (--prepare, --cleanup) to completion.
+pub fn shell(cmd: &str, cwd: Option<&Path>, what: &str) -> Result<()> {
+    let mut c = Command::new("sh");
+    c.args(["-c", cmd])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    if let Some(d) = cwd {
+        c.current_dir(d);
+    }
+    let out = c
+        .output()
+        .with_context(|| format!("running {what} {cmd:?}"))?;
+    if !out.status.success() {
+        bail!(
+            "{what} command {cmd:?} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+/// Launches `t` and returns the time from `t0` (taken by the caller, before
+/// any prefetch that holds the application) to completion.
+pub fn launch(t: &Target, t0: Instant) -> Result<Launched> {
+    t.ready.reset();
+    let piped = matches!(t.ready, Ready::Output(_));
+    let mut c = Command::new(&t.argv[0]);
+    c.args(&t.argv[1..])
+        .stdin(Stdio::null())
+        .process_group(0)
+        .envs(t.env.iter().map(|(k, v)| (k, v)));
+    if piped {
+        c.stdout(Stdio::piped()).stderr(Stdio::piped());
+    } else {
+        c.stdout(Stdio::null()).stderr(Stdio::null());
+    }
+    if let Some(d) = &t.cwd {
+        c.current_dir(d);
+    }
+    let mut child = c
+        .spawn()
+        .with_context(|| format!("starting {}", t.argv.join(" ")))?;
+    let pgid = child.id();
+    let matched = Arc::new(AtomicBool::new(false));
+    let mut readers = Vec::new();
+    if let Ready::Output(re) = &t.ready {
+        let outs: [Option<Box<dyn Read + Send>>; 2] = [
+            child.stdout.take().map(|s| Box::new(s) as _),
+            child.stderr.take().map(|s| Box::new(s) as _),
+        ];
+        for s in outs.into_iter().flatten() {
+            let re = re.clone();
+            let m = Arc::clone(&matched);
+            // Keep draining after the match, or a chatty program would
+            // block on a full pipe before we stop it.
+            readers.push(thread::spawn(move || {
+                let mut r = BufReader::new(s);
+                let mut line = Vec::new();
+                while r.read_until(b'\n', &mut line).is_ok_and(|n| n > 0) {
+                    if !m.load(Ordering::Relaxed) && re.is_match(&String::from_utf8_lossy(&line)) {
+                        m.store(true, Ordering::Relaxed);
+                    }
+                    line.clear();
+                }
+            }));
+        }
+    }
+    let deadline = t0 + t.timeout;
+    let result = wait_ready(t, &mut child, &matched, deadline, t0);
+    stop(&mut child, pgid);
+    for r in readers {
+        let _ = r.join();
+    }
+    result
+}
+
+fn wait_ready(
+    t: &Target,
+    child: &mut Child,
+    matched: &AtomicBool,
+    deadline: Instant,
+    t0: Instant,
+) -> Result<Launched> {
+    let interval = t.ready.interval();
+    loop {
+        let ready = match &t.ready {
+            Ready::Output(_) => matched.load(Ordering::Relaxed),
+            r => r.poll().unwrap_or(false),
+        };
+        if ready {
+            return Ok(Launched {
+                time: t0.elapsed(),
+                exit_code: None,
+            });
+        }
+        if let Some(st) = child.try_wait()? {
+            let time = t0.elapsed();
+            let code = st
+                .code()
+                .or_else(|| std::os::unix::process::ExitStatusExt::signal(&st).map(|s| 128 + s));
+            if matches!(t.ready, Ready::Exit) {
+                return Ok(Launched {
+                    time,
+                    exit_code: code,
+                });
+            }
+            // The last lines may still be in the pipe.
+            thread::sleep(Duration::from_millis(20));
+            if matched.load(Ordering::Relaxed) || t.ready.poll() == Some(true) {
+                return Ok(Launched {
+                    time,
+                    exit_code: code,
+                });
+            }
+            bail!(
+                "{} exited ({}) before it was ready ({})",
+                t.name,
+                st,
+                t.ready
+            );
+        }
+        if Instant::now() >= deadline {
+            bail!(
+                "{} was not ready ({}) after {:.0}s",
+                t.name,
+                t.ready,
+                t.timeout.as_secs_f64()
+            );
+        }
+        thread::sleep(interval);
+    }
+}
+
+/// Stops what is left of the launch: TERM to the group, KILL after a grace
+/// period, then reaps the child.
+fn stop(child: &mut Child, pgid: u32) {
+    if child.try_wait().ok().flatten().is_none() {
+        os::signal_group(pgid, libc::SIGTERM);
+        let until = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < until && child.try_wait().ok().flatten().is_none() {
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+    // Helpers a program left running in its group (a daemonised server)
+    // would keep its files warm and disturb the next scenario.
+    os::signal_group(pgid, libc::SIGKILL);
+    let _ = child.wait();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(argv: &[&str], ready: &str) -> Target {
+        Target {
+            name: "t".into(),
+            argv: argv.iter().map(|s| s.to_string()).collect(),
+            cwd: None,
+            env: Vec::new(),
+            ready: ready.parse().unwrap(),
+            prepare: None,
+            cleanup: None,
+            timeout: Duration::from_secs(10),
+        }
+    }
+
+    #[test]
+    fn parses_readiness() {
+        for (s, shown) in [
+            ("exit", "exit"),
+            ("output:^ready", "output:^ready"),
+            ("file:/tmp/x", "file:/tmp/x"),
+            ("port:8080", "port:127.0.0.1:8080"),
+            ("port:[::1]:80", "port:[::1]:80"),
+            ("window:gedit", "window:gedit"),
+        ] {
+            assert_eq!(s.parse::<Ready>().unwrap().to_string(), shown);
+        }
+        for bad in ["", "exit:1", "file:", "output:(", "idle"] {
+            assert!(bad.parse::<Ready>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn exit_readiness_reports_the_code() {
+        let l = launch(&target(&["sh", "-c", "exit 3"], "exit"), Instant::now()).unwrap();
+        assert_eq!(l.exit_code, Some(3));
+    }
+
+    #[test]
+    fn output_readiness_stops_a_program_that_stays_up() {
+        let t = target(
+            &["sh", "-c", "echo starting; echo READY >&2; exec sleep 30"],
+            "output:^READY",
+        );
+        let start = Instant::now();
+        let l = launch(&t, start).unwrap();
+        assert_eq!(l.exit_code, None);
+        // Stopped, not waited for: well under the 30 s sleep.
+        assert!(start.elapsed() < Duration::from_secs(10));
+    }
+
+    #[test]
+    fn file_readiness_and_early_exit() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("up");
+        let ready = format!("file:{}", f.display());
+        let cmd = format!("touch {}; sleep 30", f.display());
+        assert!(launch(&target(&["sh", "-c", &cmd], &ready), Instant::now()).is_ok());
+        // The file is removed before the next launch, so this one must
+        // fail: it exits without creating it.
+        let err = launch(&target(&["true"], &ready), Instant::now()).unwrap_err();
+        assert!(err.to_string().contains("before it was ready"), "{err}");
+    }
+
+    #[test]
+    fn timeout_is_an_error() {
+        let mut t = target(&["sleep", "30"], "output:never");
+        t.timeout = Duration::from_millis(200);
+        let err = launch(&t, Instant::now()).unwrap_err();
+        assert!(err.to_string().contains("not ready"), "{err}");
+    }
+
+    #[test]
+    fn port_readiness() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let t = target(&["sleep", "30"], &format!("port:{port}"));
+        assert!(launch(&t, Instant::now()).is_ok());
+    }
+}

@@ -1,0 +1,595 @@
+//! The real [`Executor`]: learns the launch with the recorder, compiles one
+//! plan per strategy from the same traces, and makes each scenario's launch
+//! from the cache state it calls for.
+//!
+//! The peers are reimplemented on warmstart's own recorder and replay
+//! engine, so that what differs between them is the strategy and nothing
+//! else (the papers compare the same way: Paralfetch ported the GSoC
+//! prefetcher and FAST into its own framework, §5.1):
+//! - `fast`: FAST's prefetcher is one process issuing the launch sequence
+//!   in recorded order beside the application, with no merging, shifting
+//!   or lookups: one worker, no passes.
+//! - `paralfetch`: pre-scheduling as Paralfetch's Algorithms 1 and 2 —
+//!   metadata shift, and range merge of *touching* ranges within its I/O
+//!   distance — replayed by threads beside the application.
+//! - `sorted`: the GSoC prefetcher and Windows prefetch hold the application
+//!   until a prefetch in physical (FIEMAP) order has completed.
+//! - `preload-all`: vmtouch-style preloaders read the launch's files whole
+//!   before starting it.
+//! - `warmstart`: the default compile options, replayed beside the
+//!   application, started just before exec.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use warmstart_plan::compile::{compile, CompileOptions, DEFAULT_METADATA_SHIFT};
+use warmstart_plan::trace::CacheState;
+use warmstart_plan::{Plan, Trace};
+use warmstart_record::{evict, BackendChoice};
+use warmstart_replay::{Engine, Options as ReplayOptions, RealBackend};
+
+use crate::launch::{self, Launched, Ready, Target};
+use crate::os;
+use crate::runner::{Executor, Learned, Measurement};
+use crate::scenario::Scenario;
+
+/// How the real executor prepares launches.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Make launches cold by evicting only the launch's files (known from
+    /// the learned traces) instead of dropping every cache.
+    pub evict_files: bool,
+    /// Measure residency of the learned launch bytes before each launch.
+    pub check_residency: bool,
+    /// Keep going when the command exits non-zero.
+    pub ignore_failure: bool,
+    pub backend: BackendChoice,
+}
+
+/// The plan options of each strategy. Public so the docs and tests can
+/// show exactly what each peer is.
+pub fn compile_options(s: Scenario) -> Option<CompileOptions> {
+    let peer = CompileOptions {
+        // The peers have no small-launch rule; that rule is ours.
+        min_launch_bytes: 0,
+        lookups: false,
+        ..CompileOptions::default()
+    };
+    Some(match s {
+        Scenario::Warmstart | Scenario::PrefetchOnly => CompileOptions::default(),
+        Scenario::Fast => CompileOptions {
+            merge_gap: 0,
+            merge_distance: 1,
+            metadata_shift: 0,
+            ..peer
+        },
+        Scenario::Paralfetch => CompileOptions {
+            merge_gap: 0,
+            merge_distance: 8,
+            metadata_shift: DEFAULT_METADATA_SHIFT,
+            ..peer
+        },
+        Scenario::Sorted => CompileOptions {
+            merge_gap: 0,
+            merge_distance: 1,
+            metadata_shift: 0,
+            sorted: true,
+            ..peer
+        },
+        _ => return None,
+    })
+}
+
+/// The replay options of each strategy.
+pub fn replay_options(s: Scenario) -> ReplayOptions {
+    let mut o = ReplayOptions::default();
+    if s == Scenario::Fast {
+        // FAST's generated prefetcher is a single sequential program.
+        o.workers = 1;
+        o.queue_depth = 1;
+    }
+    o
+}
+
+pub struct RealExecutor {
+    target: Target,
+    cfg: Config,
+    plans: HashMap<Scenario, Arc<Plan>>,
+    /// The launch's files in first-access order, with the ranges it read.
+    files: Vec<(String, Vec<(u64, u64)>)>,
+    devices: Vec<u64>,
+    /// Whether the last thing done was a complete launch, which leaves the
+    /// cache warm for the `warm` scenario.
+    warm: bool,
+    vmtouch: bool,
+    /// When the last measured launch started (for the activity timeline).
+    pub last_start: Option<Instant>,
+}
+
+impl RealExecutor {
+    pub fn new(target: Target, cfg: Config) -> RealExecutor {
+        RealExecutor {
+            target,
+            cfg,
+            plans: HashMap::new(),
+            files: Vec::new(),
+            devices: Vec::new(),
+            warm: false,
+            vmtouch: which("vmtouch"),
+            last_start: None,
+        }
+    }
+
+    pub fn target(&self) -> &Target {
+        &self.target
+    }
+
+    /// Makes the launch cold.
+    pub fn evict(&mut self) -> Result<()> {
+        self.warm = false;
+        if self.cfg.evict_files {
+            evict::evict_files(self.files.iter().map(|f| f.0.as_str()));
+            evict::evict_devices(self.devices.iter().copied());
+            Ok(())
+        } else {
+            evict::drop_all_caches().context("dropping caches (needs root; or use --evict-files)")
+        }
+    }
+
+    /// Share of the learned bytes resident now.
+    pub fn resident(&self) -> f64 {
+        let (r, t) = os::residency(&self.files);
+        if t == 0 {
+            0.0
+        } else {
+            r as f64 / t as f64
+        }
+    }
+
+    fn check(&self, s: Scenario, l: &Launched) -> Result<()> {
+        if let Some(c) = l.exit_code {
+            if c != 0 && !self.cfg.ignore_failure {
+                bail!(
+                    "{} exited with status {c} in scenario {s} (use --ignore-failure to keep going)",
+                    self.target.name
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Records one launch; returns the trace and the launch time (exec to
+    /// readiness).
+    fn record(&self, cache: CacheState) -> Result<(Trace, Launched, Vec<String>)> {
+        let opts = warmstart_record::Options {
+            backend: self.cfg.backend,
+            // Recording ends when the launch is complete (the probe stops
+            // the program if it stays up), not on a pause in its I/O.
+            idle: self.target.timeout,
+            timeout: self.target.timeout,
+            cache,
+        };
+        let ready = self.target.ready.clone();
+        ready.reset();
+        let timeout = self.target.timeout;
+        let result: Arc<Mutex<Option<(Duration, bool)>>> = Arc::new(Mutex::new(None));
+        // An output pattern is watched on a pipe that replaces our stdout
+        // and stderr while the recorder forks the command.
+        let matched = Arc::new(AtomicBool::new(false));
+        let mut pipe_w = None;
+        let mut reader = None;
+        if let Ready::Output(re) = &ready {
+            let (r, w) = os::pipe()?;
+            pipe_w = Some(w);
+            let (re, m) = (re.clone(), Arc::clone(&matched));
+            reader = Some(thread::spawn(move || {
+                let mut r = BufReader::new(std::fs::File::from(r));
+                let mut line = Vec::new();
+                while r.read_until(b'\n', &mut line).is_ok_and(|n| n > 0) {
+                    if re.is_match(&String::from_utf8_lossy(&line)) {
+                        m.store(true, Ordering::Relaxed);
+                    }
+                    line.clear();
+                }
+            }));
+        }
+        let mut probe = None;
+        let _dir = CwdGuard::enter(self.target.cwd.as_deref())?;
+        let _env = EnvGuard::set(&self.target.env);
+        let recorded = {
+            let _quiet = os::Silence::new(pipe_w.as_ref())?;
+            warmstart_record::record(&self.target.argv, &opts, |pid| {
+                let t0 = Instant::now();
+                let out = Arc::clone(&result);
+                let matched = Arc::clone(&matched);
+                let pidfd = os::pidfd_open(pid).ok();
+                probe = Some(thread::spawn(move || {
+                    let deadline = t0 + timeout;
+                    let ok = match (&ready, &pidfd) {
+                        (Ready::Exit, Some(fd)) => os::wait_readable(fd, deadline),
+                        _ => loop {
+                            let up = match &ready {
+                                Ready::Output(_) => matched.load(Ordering::Relaxed),
+                                r => r.poll() == Some(true),
+                            };
+                            if up {
+                                break true;
+                            }
+                            if Instant::now() >= deadline {
+                                break false;
+                            }
+                            thread::sleep(ready.interval());
+                        },
+                    };
+                    *out.lock().unwrap_or_else(|e| e.into_inner()) = Some((t0.elapsed(), ok));
+                    if !matches!(ready, Ready::Exit) || !ok {
+                        os::signal_tree(pid, libc::SIGTERM);
+                        thread::sleep(Duration::from_millis(500));
+                        os::signal_tree(pid, libc::SIGKILL);
+                    }
+                }));
+            })
+            .with_context(|| format!("recording {}", self.target.argv.join(" ")))?
+        };
+        // Our copy of the write end must go for the reader to see EOF.
+        drop(pipe_w);
+        if let Some(p) = probe {
+            let _ = p.join();
+        }
+        let trace = recorded.trace.clone();
+        if let Some(r) = reader {
+            let _ = r.join();
+        }
+        let fallbacks = recorded.fallbacks.clone();
+        let exit = recorded.wait()?;
+        let (time, ok) = result
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or((Duration::ZERO, false));
+        if !ok {
+            bail!(
+                "{} was not ready ({}) within {:.0}s while recording",
+                self.target.name,
+                self.target.ready,
+                timeout.as_secs_f64()
+            );
+        }
+        let exit_code = matches!(self.target.ready, Ready::Exit).then(|| exit.shell_code());
+        Ok((trace, Launched { time, exit_code }, fallbacks))
+    }
+
+    /// Replays `plan` beside a launch started right after it.
+    fn concurrent(&mut self, s: Scenario) -> Result<Measurement> {
+        let plan = Arc::clone(&self.plans[&s]);
+        let backend = RealBackend::new();
+        let engine = Engine::new(&backend, replay_options(s))?;
+        let cancel = engine.cancel_flag();
+        let t0 = Instant::now();
+        let (launched, report) = thread::scope(|sc| {
+            let h = sc.spawn(|| engine.run(&plan));
+            let l = launch::launch(&self.target, t0);
+            cancel.store(true, Ordering::Relaxed);
+            (l, h.join())
+        });
+        let launched = launched?;
+        let bytes = match report {
+            Ok(Ok(r)) => Some(r.bytes_issued()),
+            _ => None,
+        };
+        self.check(s, &launched)?;
+        self.warm = true;
+        Ok(Measurement {
+            time: launched.time,
+            exit_code: launched.exit_code,
+            resident_before: None,
+            prefetched_bytes: bytes,
+        })
+    }
+
+    /// Replays `plan` until resident; returns the bytes issued.
+    fn prefetch_and_wait(&self, s: Scenario) -> Result<u64> {
+        let mut o = replay_options(s);
+        o.wait = Some(self.target.timeout);
+        let r = warmstart_replay::replay(&self.plans[&s], &o, &RealBackend::new())?;
+        Ok(r.bytes_issued())
+    }
+
+    fn preload_all(&self) -> u64 {
+        let mut buf = vec![0u8; 1 << 20];
+        let mut n = 0u64;
+        for (p, _) in &self.files {
+            let Ok(mut f) = std::fs::File::open(p) else {
+                continue;
+            };
+            while let Ok(k) = f.read(&mut buf) {
+                if k == 0 {
+                    break;
+                }
+                n += k as u64;
+            }
+        }
+        n
+    }
+
+    fn vmtouch(&self) -> Result<()> {
+        let st = std::process::Command::new("vmtouch")
+            .arg("-tq")
+            .args(self.files.iter().map(|f| &f.0))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .context("running vmtouch")?;
+        // vmtouch exits non-zero when one of many files vanished; the rest
+        // was still read, which is what a preloader does.
+        let _ = st;
+        Ok(())
+    }
+}
+
+impl Executor for RealExecutor {
+    fn learn(&mut self) -> Result<Learned> {
+        let mut traces = Vec::new();
+        let mut notes = Vec::new();
+        // A cold trace needs the files known (or every cache dropped): with
+        // --evict-files the as-found launch comes first and names them.
+        let order = if self.cfg.evict_files {
+            [CacheState::AsFound, CacheState::Cold]
+        } else {
+            [CacheState::Cold, CacheState::AsFound]
+        };
+        for cache in order {
+            if let Some(p) = &self.target.prepare {
+                launch::shell(p, self.target.cwd.as_deref(), "prepare")?;
+            }
+            if cache == CacheState::Cold {
+                self.evict()?;
+            }
+            let (trace, l, fallbacks) = self.record(cache)?;
+            self.check(Scenario::Learning, &l)?;
+            for f in fallbacks {
+                if !notes.contains(&f) {
+                    notes.push(format!("recorder fell back from {f}"));
+                }
+            }
+            if trace.stats.drops > 0 {
+                notes.push(format!(
+                    "the kernel dropped {} events while recording",
+                    trace.stats.drops
+                ));
+            }
+            self.absorb(&trace);
+            traces.push(trace);
+        }
+        self.warm = true;
+        let phys = os::PhysicalMap::default();
+        let physical = |f: &warmstart_plan::plan::PlanFile, off: u64| phys.lookup(&f.path, off);
+        let mut plan_bytes = Vec::new();
+        for s in [
+            Scenario::Warmstart,
+            Scenario::Fast,
+            Scenario::Paralfetch,
+            Scenario::Sorted,
+        ] {
+            let opts = compile_options(s).expect("a strategy");
+            let c = compile(&traces, &opts, &physical)
+                .with_context(|| format!("compiling the {s} plan"))?;
+            if let Some(why) = &c.report.empty {
+                notes.push(format!("the {s} plan is empty: {why:?}"));
+            }
+            plan_bytes.push((s, c.plan.data_bytes() + c.plan.meta_bytes()));
+            let plan = Arc::new(c.plan);
+            if s == Scenario::Warmstart {
+                self.plans.insert(Scenario::PrefetchOnly, Arc::clone(&plan));
+            }
+            self.plans.insert(s, plan);
+        }
+        let last = traces.last().expect("two traces");
+        Ok(Learned {
+            traces: traces.len(),
+            files: self.files.len(),
+            data_bytes: traces.iter().map(|t| t.stats.bytes).max().unwrap_or(0),
+            metadata_bytes: traces
+                .iter()
+                .map(|t| t.stats.metadata_bytes)
+                .max()
+                .unwrap_or(0),
+            backend: last.meta.backend.name().to_string(),
+            plan_bytes,
+            notes,
+        })
+    }
+
+    fn warmup(&mut self) -> Result<()> {
+        if let Some(p) = &self.target.prepare {
+            launch::shell(p, self.target.cwd.as_deref(), "prepare")?;
+        }
+        let l = launch::launch(&self.target, Instant::now())?;
+        self.check(Scenario::Warm, &l)?;
+        self.warm = true;
+        Ok(())
+    }
+
+    fn measure(&mut self, s: Scenario) -> Result<Measurement> {
+        if s == Scenario::Warm && !self.warm {
+            // The cache is warm after a complete launch; prefetch-only
+            // leaves only the plan's pages.
+            self.warmup()?;
+        }
+        if let Some(p) = &self.target.prepare {
+            launch::shell(p, self.target.cwd.as_deref(), "prepare")?;
+        }
+        if s.starts_cold() {
+            self.evict()?;
+        }
+        let resident_before = self.cfg.check_residency.then(|| self.resident());
+        self.last_start = Some(Instant::now());
+        let mut m = match s {
+            Scenario::Cold | Scenario::Warm => {
+                let l = launch::launch(&self.target, Instant::now())?;
+                self.check(s, &l)?;
+                Measurement {
+                    time: l.time,
+                    exit_code: l.exit_code,
+                    ..Default::default()
+                }
+            }
+            Scenario::PrefetchOnly => {
+                let t0 = Instant::now();
+                let bytes = self.prefetch_and_wait(s)?;
+                Measurement {
+                    time: t0.elapsed(),
+                    prefetched_bytes: Some(bytes),
+                    ..Default::default()
+                }
+            }
+            Scenario::Sorted => {
+                let t0 = Instant::now();
+                let bytes = self.prefetch_and_wait(s)?;
+                let l = launch::launch(&self.target, t0)?;
+                self.check(s, &l)?;
+                Measurement {
+                    time: l.time,
+                    exit_code: l.exit_code,
+                    prefetched_bytes: Some(bytes),
+                    ..Default::default()
+                }
+            }
+            Scenario::Fast | Scenario::Paralfetch | Scenario::Warmstart => self.concurrent(s)?,
+            Scenario::PreloadAll | Scenario::Vmtouch => {
+                let t0 = Instant::now();
+                let bytes = if s == Scenario::Vmtouch {
+                    if !self.vmtouch {
+                        bail!("vmtouch is not installed (apt-get install vmtouch)");
+                    }
+                    self.vmtouch()?;
+                    None
+                } else {
+                    Some(self.preload_all())
+                };
+                let l = launch::launch(&self.target, t0)?;
+                self.check(s, &l)?;
+                Measurement {
+                    time: l.time,
+                    exit_code: l.exit_code,
+                    prefetched_bytes: bytes,
+                    ..Default::default()
+                }
+            }
+            Scenario::Learning => {
+                let (_, l, _) = self.record(CacheState::Cold)?;
+                self.check(s, &l)?;
+                Measurement {
+                    time: l.time,
+                    exit_code: l.exit_code,
+                    ..Default::default()
+                }
+            }
+            Scenario::Bound => bail!("bound is computed, not launched"),
+        };
+        // Any launch leaves the cache warm; a prefetch alone does not.
+        self.warm = s != Scenario::PrefetchOnly;
+        m.resident_before = resident_before;
+        Ok(m)
+    }
+
+    fn cleanup(&mut self) -> Result<()> {
+        if let Some(c) = &self.target.cleanup {
+            launch::shell(c, self.target.cwd.as_deref(), "cleanup")?;
+        }
+        Ok(())
+    }
+}
+
+impl RealExecutor {
+    /// Adds a trace's files and devices to the launch's set.
+    fn absorb(&mut self, t: &Trace) {
+        for f in &t.files {
+            let Some(p) = &f.path else { continue };
+            let ranges: Vec<(u64, u64)> = f.extents.iter().map(|e| (e.offset, e.len)).collect();
+            match self.files.iter_mut().find(|x| &x.0 == p) {
+                Some(x) => {
+                    for r in ranges {
+                        if !x.1.contains(&r) {
+                            x.1.push(r);
+                        }
+                    }
+                }
+                None => self.files.push((p.clone(), ranges)),
+            }
+        }
+        for m in &t.metadata {
+            if !self.devices.contains(&m.device) {
+                self.devices.push(m.device);
+            }
+        }
+    }
+
+    /// The launch's files and ranges (after `learn`).
+    pub fn files(&self) -> &[(String, Vec<(u64, u64)>)] {
+        &self.files
+    }
+}
+
+/// Whether `cmd` is on PATH.
+pub fn which(cmd: &str) -> bool {
+    std::env::var_os("PATH").is_some_and(|p| {
+        std::env::split_paths(&p).any(|d| {
+            let f = d.join(cmd);
+            f.is_file()
+        })
+    })
+}
+
+/// Changes the working directory for a recorded launch (the recorder forks
+/// with ours) and changes it back.
+struct CwdGuard(Option<std::path::PathBuf>);
+
+impl CwdGuard {
+    fn enter(dir: Option<&Path>) -> Result<CwdGuard> {
+        let Some(d) = dir else {
+            return Ok(CwdGuard(None));
+        };
+        let old = std::env::current_dir()?;
+        std::env::set_current_dir(d).with_context(|| format!("entering {}", d.display()))?;
+        Ok(CwdGuard(Some(old)))
+    }
+}
+
+impl Drop for CwdGuard {
+    fn drop(&mut self) {
+        if let Some(o) = &self.0 {
+            let _ = std::env::set_current_dir(o);
+        }
+    }
+}
+
+/// Sets environment variables for a recorded launch and restores them.
+struct EnvGuard(Vec<(String, Option<std::ffi::OsString>)>);
+
+impl EnvGuard {
+    fn set(vars: &[(String, String)]) -> EnvGuard {
+        let mut old = Vec::new();
+        for (k, v) in vars {
+            old.push((k.clone(), std::env::var_os(k)));
+            std::env::set_var(k, v);
+        }
+        EnvGuard(old)
+    }
+}
+
+impl Drop for EnvGuard {
+    fn drop(&mut self) {
+        for (k, v) in &self.0 {
+            match v {
+                Some(v) => std::env::set_var(k, v),
+                None => std::env::remove_var(k),
+            }
+        }
+    }
+}

@@ -1,0 +1,236 @@
+//! The human-readable results: one table per program (median, min…max,
+//! ratio to cold, share of the cold–warm gap captured) and, across
+//! programs, the mean gap each strategy captured.
+
+use std::fmt::Write;
+
+use crate::export::Results;
+use crate::runner::Summary;
+use crate::scenario::Scenario;
+
+/// "812.3 ms", "4.21 s".
+pub fn fmt_time(s: f64) -> String {
+    if s >= 1.0 {
+        format!("{s:.2} s")
+    } else {
+        format!("{:.1} ms", s * 1e3)
+    }
+}
+
+fn fmt_pct(x: Option<f64>) -> String {
+    x.map_or("–".into(), |v| format!("{:.0}%", v * 100.0))
+}
+
+/// The table of one program.
+pub fn program_table(summary: &[Summary]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "  {:<14} {:>10}  {:>23}  {:>7}  {:>12}",
+        "scenario", "median", "min … max", "vs cold", "gap captured"
+    );
+    for s in summary {
+        let _ = writeln!(
+            out,
+            "  {:<14} {:>10}  {:>23}  {:>7}  {:>12}{}",
+            s.scenario.name(),
+            fmt_time(s.median_s),
+            format!("{} … {}", fmt_time(s.min_s), fmt_time(s.max_s)),
+            s.vs_cold.map_or("–".into(), |v| format!("{v:.2}")),
+            // The gap is a figure of merit for launches that a prefetcher
+            // speeds up; for cold it is 0 by definition, and prefetch-only
+            // (no application) and learning (a cost) are read as ratios.
+            if matches!(
+                s.scenario,
+                Scenario::Cold | Scenario::PrefetchOnly | Scenario::Learning
+            ) {
+                "–".to_string()
+            } else {
+                fmt_pct(s.gap_captured)
+            },
+            if s.outlier_rounds.is_empty() {
+                String::new()
+            } else {
+                format!("  (outliers in rounds {:?})", s.outlier_rounds)
+            }
+        );
+    }
+    out
+}
+
+/// Mean share of the gap captured per scenario, over the programs that
+/// have a gap (cold slower than warm).
+pub fn mean_gaps(results: &Results) -> Vec<(Scenario, f64, usize)> {
+    let mut out = Vec::new();
+    for sc in Scenario::ALL {
+        if matches!(
+            sc,
+            Scenario::Cold | Scenario::PrefetchOnly | Scenario::Learning
+        ) {
+            continue;
+        }
+        let g: Vec<f64> = results
+            .programs
+            .iter()
+            .flat_map(|p| p.summary.iter())
+            .filter(|s| s.scenario == sc)
+            .filter_map(|s| s.gap_captured)
+            .collect();
+        if !g.is_empty() {
+            out.push((sc, g.iter().sum::<f64>() / g.len() as f64, g.len()));
+        }
+    }
+    out
+}
+
+/// Mean ratio to cold per scenario over all programs.
+pub fn mean_vs_cold(results: &Results) -> Vec<(Scenario, f64)> {
+    let mut out = Vec::new();
+    for sc in Scenario::ALL {
+        let g: Vec<f64> = results
+            .programs
+            .iter()
+            .flat_map(|p| p.summary.iter())
+            .filter(|s| s.scenario == sc)
+            .filter_map(|s| s.vs_cold)
+            .collect();
+        if !g.is_empty() {
+            out.push((sc, g.iter().sum::<f64>() / g.len() as f64));
+        }
+    }
+    out
+}
+
+/// Lines warning about outliers, as hyperfine words them.
+pub fn outlier_warnings(results: &Results) -> Vec<String> {
+    let mut w = Vec::new();
+    for p in &results.programs {
+        for s in &p.summary {
+            if !s.outlier_rounds.is_empty() {
+                w.push(format!(
+                    "{} / {}: statistical outliers in round(s) {:?}. Consider re-running on a quiet \
+                     system without interference from other programs, or with more --runs.",
+                    p.name, s.scenario, s.outlier_rounds
+                ));
+            }
+        }
+    }
+    w
+}
+
+/// Programs where warmstart captured less of the gap than a peer.
+pub fn losses(results: &Results) -> Vec<String> {
+    let mut out = Vec::new();
+    for p in &results.programs {
+        let gap = |sc: Scenario| {
+            p.summary
+                .iter()
+                .find(|s| s.scenario == sc)
+                .and_then(|s| s.gap_captured)
+        };
+        let Some(ours) = gap(Scenario::Warmstart) else {
+            continue;
+        };
+        for peer in [
+            Scenario::Sorted,
+            Scenario::Fast,
+            Scenario::Paralfetch,
+            Scenario::PreloadAll,
+            Scenario::Vmtouch,
+        ] {
+            if let Some(theirs) = gap(peer) {
+                if theirs > ours {
+                    out.push(format!(
+                        "{}: {} captured {} of the gap, warmstart {}",
+                        p.name,
+                        peer,
+                        fmt_pct(Some(theirs)),
+                        fmt_pct(Some(ours))
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The whole report.
+pub fn render(results: &Results) -> String {
+    let mut out = String::new();
+    for p in &results.programs {
+        let _ = writeln!(
+            out,
+            "{}: {}   (ready: {}, {} rounds)",
+            p.name,
+            p.command.join(" "),
+            p.ready,
+            results.settings.rounds
+        );
+        let l = &p.learned;
+        let _ = writeln!(
+            out,
+            "  learned from {} traces [{}]: {} files, {:.1} MiB data, {:.1} MiB metadata",
+            l.traces,
+            l.backend,
+            l.files,
+            l.data_bytes as f64 / 1048576.0,
+            l.metadata_bytes as f64 / 1048576.0
+        );
+        for n in &l.notes {
+            let _ = writeln!(out, "  note: {n}");
+        }
+        out.push_str(&program_table(&p.summary));
+        out.push('\n');
+    }
+    if results.programs.len() > 1 {
+        let _ = writeln!(out, "mean over {} programs:", results.programs.len());
+        let gaps = mean_gaps(results);
+        for (sc, v) in mean_vs_cold(results) {
+            let g = gaps.iter().find(|x| x.0 == sc);
+            let _ = writeln!(
+                out,
+                "  {:<14} vs cold {:.2}   gap captured {:>5}{}",
+                sc.name(),
+                v,
+                fmt_pct(g.map(|x| x.1)),
+                g.map_or(String::new(), |x| format!(" ({} programs)", x.2))
+            );
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::export::tests::sample;
+
+    #[test]
+    fn renders_every_scenario_with_ratios() {
+        let r = sample();
+        let text = render(&r);
+        assert!(text.contains("demo: true"), "{text}");
+        let line = |name: &str| {
+            text.lines()
+                .find(|l| l.trim_start().starts_with(name))
+                .unwrap_or_else(|| panic!("{name} missing in\n{text}"))
+                .to_string()
+        };
+        assert!(line("cold").contains("2.00 s"));
+        assert!(line("cold").contains("1.00"));
+        assert!(line("warm ").contains("100%"));
+        assert!(line("warmstart").contains("0.62"));
+        assert!(line("warmstart").contains("75%"));
+        assert!(line("bound").contains("1.00 s"));
+    }
+
+    #[test]
+    fn times_and_losses() {
+        assert_eq!(fmt_time(0.8123), "812.3 ms");
+        assert_eq!(fmt_time(4.214), "4.21 s");
+        assert!(losses(&sample()).is_empty());
+        let g = mean_gaps(&sample());
+        assert_eq!(g[0], (Scenario::Warm, 1.0, 1));
+        assert!(g.iter().all(|x| x.0 != Scenario::PrefetchOnly));
+    }
+}
