@@ -31,9 +31,21 @@ pub fn hook_available(section: &str) -> bool {
         return tracefs_root().join("events").join(rest).join("id").exists();
     }
     if let Some(name) = section.strip_prefix("tp_btf/") {
+        // The tracepoint's tracefs directory, when tracefs is mounted, is a
+        // cheap answer; otherwise scan BTF (6 MB, ~30 ms) for its typedef.
+        if let Some(found) = tracefs_has(name) {
+            return found;
+        }
         return btf_has(&format!("btf_trace_{name}"));
     }
     true
+}
+
+/// Whether some `events/CATEGORY/NAME` exists; None if tracefs is not mounted.
+fn tracefs_has(name: &str) -> Option<bool> {
+    let events = tracefs_root().join("events");
+    let rd = std::fs::read_dir(&events).ok()?;
+    Some(rd.flatten().any(|cat| cat.path().join(name).is_dir()))
 }
 
 fn btf_has(name: &str) -> bool {

@@ -128,7 +128,7 @@ pub fn record(
     let mut exit = None;
     let mut interrupted = false;
     let end = loop {
-        src.poll(Duration::from_millis(50), &mut buf)?;
+        src.poll(Duration::from_millis(10), &mut buf)?;
         if agg.take(&mut buf) {
             last_io = Instant::now();
         }

@@ -209,11 +209,36 @@ pub fn file_id(m: &std::fs::Metadata) -> FileId {
     }
 }
 
-/// The PT_INTERP of an ELF binary, if it has one.
+/// The PT_INTERP of an ELF binary, if it has one. Reads only the start of
+/// the file: the header, program headers and interpreter path sit in its
+/// first page in practice, and a whole binary would be a cold read of
+/// megabytes at the end of every recording.
 pub fn elf_interpreter(path: &Path) -> Option<String> {
-    let bytes = std::fs::read(path).ok()?;
-    let elf = goblin::elf::Elf::parse(&bytes).ok()?;
-    elf.interpreter.map(str::to_string)
+    use goblin::elf::program_header;
+    use std::io::Read;
+    let mut head = vec![0u8; 16 * 1024];
+    let mut f = std::fs::File::open(path).ok()?;
+    let n = f.read(&mut head).ok()?;
+    head.truncate(n);
+    let h = goblin::elf::Elf::parse_header(&head).ok()?;
+    let ctx = goblin::container::Ctx::new(
+        if h.e_ident[goblin::elf::header::EI_CLASS] == goblin::elf::header::ELFCLASS64 {
+            goblin::container::Container::Big
+        } else {
+            goblin::container::Container::Little
+        },
+        goblin::container::Endian::Little,
+    );
+    let phdrs =
+        program_header::ProgramHeader::parse(&head, h.e_phoff as usize, h.e_phnum as usize, ctx)
+            .ok()?;
+    let interp = phdrs
+        .iter()
+        .find(|p| p.p_type == program_header::PT_INTERP)?;
+    let (start, len) = (interp.p_offset as usize, interp.p_filesz as usize);
+    let raw = head.get(start..start.checked_add(len)?)?;
+    let end = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
+    std::str::from_utf8(&raw[..end]).ok().map(str::to_string)
 }
 
 #[cfg(test)]

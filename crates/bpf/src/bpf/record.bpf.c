@@ -59,7 +59,7 @@ const volatile bool trace_namespace = true;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 32 << 20);
+	__uint(max_entries, 8 << 20); /* ~100k page records between two 50 ms polls */
 } events SEC(".maps");
 
 /* tgids of the traced process tree. */
@@ -92,7 +92,7 @@ struct use_key {
 };
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 131072);
+	__uint(max_entries, 32768);
 	__type(key, struct use_key);
 	__type(value, u8);
 } seen_use SEC(".maps");
