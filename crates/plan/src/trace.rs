@@ -430,6 +430,20 @@ impl TraceBuilder {
             let (set, extents) = pages.remove(&key).expect("every ordered key has pages");
             match resolve(key.0, key.1) {
                 Some(info) if info.file_type == FileType::Regular => {
+                    // A read() reports the pages it asked for, which run past
+                    // the end of a small file read with a large buffer.
+                    let eof = info.id.size.div_ceil(PAGE_SIZE) * PAGE_SIZE;
+                    let extents: Vec<Extent> = extents
+                        .into_iter()
+                        .filter(|e| e.offset < eof)
+                        .map(|e| Extent {
+                            len: e.len.min(eof - e.offset),
+                            ..e
+                        })
+                        .collect();
+                    if extents.is_empty() {
+                        continue;
+                    }
                     files.push(FileTrace {
                         path: info.path,
                         id: info.id,
