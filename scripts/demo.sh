@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # make demo: warmstart learning a real program's launch, then the cold /
 # warm / warmstart launch times measured in the same run, interleaved.
+# Usage: scripts/demo.sh [CMD ARGS...]   (default: a Python program; ROUNDS=N)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WS=$PWD/target/release/warmstart
 ROUNDS=${ROUNDS:-5}
 if [ -x /usr/bin/python3 ]; then PY=/usr/bin/python3; else PY=$(command -v python3); fi
-APP=("$PY" -c 'import asyncio, email.mime.multipart, json, decimal, sqlite3, http.client, xml.dom.minidom, argparse, logging, unittest')
+if [ $# -gt 0 ]; then APP=("$@"); else
+APP=("$PY" -c 'import asyncio, email.mime.multipart, json, decimal, sqlite3, http.client, xml.dom.minidom, argparse, logging, unittest'); fi
 state=$(mktemp -d)
 trap 'rm -rf "$state"' EXIT
 
@@ -17,26 +19,28 @@ ms() { echo $(( ($2 - $1) / 1000 )) ; }   # microseconds
 
 echo "== warmstart demo: ${APP[*]}"
 echo "-- learning: two launches recorded, then a plan is compiled"
-cold; "$WS" run -v --state-dir "$state" -- "${APP[@]}"
-"$WS" run -v --state-dir "$state" -- "${APP[@]}"
+cold; "$WS" run -v --state-dir "$state" -- "${APP[@]}" >/dev/null
+"$WS" run -v --state-dir "$state" -- "${APP[@]}" >/dev/null
 "$WS" status --state-dir "$state"
 echo
 echo "-- measuring $ROUNDS interleaved rounds of cold / warm / warmstart"
-declare -a C W S
+declare -a C W S O
 for r in $(seq 1 "$ROUNDS"); do
-  cold; t0=$(now); "${APP[@]}"; t1=$(now); C+=("$(ms "$t0" "$t1")")
-  t0=$(now); "${APP[@]}"; t1=$(now); W+=("$(ms "$t0" "$t1")")
-  cold; t0=$(now); "$WS" run -q --state-dir "$state" -- "${APP[@]}"; t1=$(now); S+=("$(ms "$t0" "$t1")")
+  cold; t0=$(now); "${APP[@]}" >/dev/null; t1=$(now); C+=("$(ms "$t0" "$t1")")
+  t0=$(now); "${APP[@]}" >/dev/null; t1=$(now); W+=("$(ms "$t0" "$t1")")
+  t0=$(now); "$WS" run -q --state-dir "$state" -- "${APP[@]}" >/dev/null; t1=$(now); O+=("$(ms "$t0" "$t1")")
+  cold; t0=$(now); "$WS" run -q --state-dir "$state" -- "${APP[@]}" >/dev/null; t1=$(now); S+=("$(ms "$t0" "$t1")")
   printf '\r   round %d/%d' "$r" "$ROUNDS"
 done
 echo
 median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
-mc=$(median "${C[@]}"); mw=$(median "${W[@]}"); msw=$(median "${S[@]}")
-awk -v c="$mc" -v w="$mw" -v s="$msw" 'BEGIN {
-  printf "\n%-12s %12s %10s\n", "scenario", "median ms", "vs cold";
-  printf "%-12s %12.1f %10.2f\n", "cold", c/1000, 1;
-  printf "%-12s %12.1f %10.2f\n", "warm", w/1000, w/c;
-  printf "%-12s %12.1f %10.2f\n", "warmstart", s/1000, s/c;
-  if (c > w) printf "\nwarmstart captured %.0f%% of the cold-warm gap\n", 100*(c-s)/(c-w);
+mc=$(median "${C[@]}"); mw=$(median "${W[@]}"); msw=$(median "${S[@]}"); mo=$(median "${O[@]}")
+awk -v c="$mc" -v w="$mw" -v s="$msw" -v o="$mo" 'BEGIN {
+  printf "\n%-22s %12s %10s\n", "scenario", "median ms", "vs cold";
+  printf "%-22s %12.1f %10.2f\n", "cold", c/1000, 1;
+  printf "%-22s %12.1f %10.2f\n", "warm", w/1000, w/c;
+  printf "%-22s %12.1f %10.2f\n", "warmstart (cold)", s/1000, s/c;
+  printf "%-22s %12.1f %10.2f\n", "warmstart (warm)", o/1000, o/c;
+  if (c > w) printf "\nwarmstart captured %.0f%% of the cold-warm gap; on a warm launch it costs %+.1f ms\n", 100*(c-s)/(c-w), (o-w)/1000;
 }'
 "$WS" status --state-dir "$state"

@@ -40,6 +40,10 @@ pub struct Config {
     pub nrawseq: u32,
     /// Relearn when the miss ratio exceeds this [R_miss].
     pub rmiss: f64,
+    /// At most one exact audit per this many prefetched launches [N_chk]:
+    /// an audit costs a recorder load, so a noisy cheap check must not
+    /// trigger one every other launch.
+    pub nchk: u64,
     /// Relearn when more than this share of the plan's files changed.
     pub stale_share: f64,
     pub strategy: StrategyChoice,
@@ -60,6 +64,7 @@ impl Default for Config {
             state_dir: crate::default_state_dir(),
             nrawseq: 2,
             rmiss: 0.1,
+            nchk: 10,
             stale_share: 0.1,
             strategy: StrategyChoice::Auto,
             audit: false,
@@ -443,6 +448,11 @@ fn prefetch(
     report.miss_ratio = miss;
     prof.last_miss_ratio = miss;
     prof.audit_next = false;
+    if audited {
+        prof.launches_since_audit = 0;
+    } else {
+        prof.launches_since_audit += 1;
+    }
     let stale = replay_report
         .as_ref()
         .map_or(0, |r| r.skipped_files.len() as u64);
@@ -468,7 +478,7 @@ fn prefetch(
                 format!("miss ratio {m:.2} above {:.2}", cfg.rmiss),
                 report,
             );
-        } else {
+        } else if prof.launches_since_audit >= cfg.nchk {
             prof.audit_next = true;
             prof.note = Some(format!(
                 "read {m:.2} of the plan itself: the next launch is audited"

@@ -49,6 +49,9 @@ pub struct Profile {
     /// The cheap check saw a high miss ratio: audit the next launch exactly.
     #[serde(default)]
     pub audit_next: bool,
+    /// Prefetched launches since the last exact audit [N_chk].
+    #[serde(default)]
+    pub launches_since_audit: u64,
 }
 
 impl Profile {
@@ -67,6 +70,7 @@ impl Profile {
             updated_unix_ms: 0,
             next_trace: 0,
             audit_next: false,
+            launches_since_audit: 0,
         }
     }
 }
