@@ -160,6 +160,21 @@ impl Running {
         }
     }
 
+    /// Blocks until the child exits.
+    pub fn wait(&mut self) -> io::Result<Exit> {
+        loop {
+            if let Some(e) = self.exit {
+                return Ok(e);
+            }
+            match waitpid(self.pid, None) {
+                Ok(WaitStatus::Exited(_, code)) => self.exit = Some(Exit::Code(code)),
+                Ok(WaitStatus::Signaled(_, sig, _)) => self.exit = Some(Exit::Signal(sig as i32)),
+                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
     /// Sends a signal to the child.
     pub fn signal(&self, sig: i32) {
         if let Ok(s) = Signal::try_from(sig) {
@@ -210,6 +225,43 @@ impl SignalForwarder {
             }
         }
         stop
+    }
+}
+
+impl SignalForwarder {
+    /// Forwards on a thread of its own, so the caller can block in
+    /// [`Running::wait`] and notice the exit at once. Stops when the guard
+    /// is dropped.
+    pub fn forward_in_background(mut self, pid: u32) -> ForwardGuard {
+        let handle = self.signals.handle();
+        let thread = std::thread::spawn(move || {
+            for sig in self.signals.forever() {
+                let from_tty = matches!(sig, libc::SIGINT | libc::SIGQUIT) && self.has_tty_group;
+                if !from_tty {
+                    // SAFETY: kill has no memory-safety preconditions.
+                    unsafe { libc::kill(pid as i32, sig) };
+                }
+            }
+        });
+        ForwardGuard {
+            handle,
+            thread: Some(thread),
+        }
+    }
+}
+
+/// Stops background signal forwarding when dropped.
+pub struct ForwardGuard {
+    handle: signal_hook::iterator::Handle,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for ForwardGuard {
+    fn drop(&mut self) {
+        self.handle.close();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }
 
