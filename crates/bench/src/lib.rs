@@ -196,7 +196,11 @@ pub fn run(args: BenchArgs, quiet: bool) -> Result<i32> {
             }
             if p.x11 {
                 if xvfb.is_none() {
-                    xvfb = Some(suite::Xvfb::start()?);
+                    let x = suite::Xvfb::start()?;
+                    // The window probe (xdotool) runs in our environment.
+                    // Set before any thread of ours starts.
+                    std::env::set_var("DISPLAY", &x.display);
+                    xvfb = Some(x);
                 }
                 let d = xvfb.as_ref().map(|x| x.display.clone()).unwrap_or_default();
                 t.env.push(("DISPLAY".into(), d));

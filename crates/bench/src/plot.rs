@@ -81,6 +81,8 @@ pub fn launch_times(results: &Results, path: &Path) -> Result<()> {
     let width = (260 * n as u32).max(640) + 180;
     let root = SVGBackend::new(path, (width, 440)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
+    // The legend gets its own column: inside the plot it hides bars.
+    let (plot_area, legend) = root.split_horizontally(width - 150);
     let cold = |p: &crate::export::ProgramResult| {
         p.summary
             .iter()
@@ -96,7 +98,7 @@ pub fn launch_times(results: &Results, path: &Path) -> Result<()> {
         }
     }
     let ymax = ymax.min(4.0);
-    let mut chart = ChartBuilder::on(&root)
+    let mut chart = ChartBuilder::on(&plot_area)
         .caption(
             "Launch time normalised to cold start (median; whiskers: min–max)",
             ("sans-serif", 18),
@@ -104,7 +106,6 @@ pub fn launch_times(results: &Results, path: &Path) -> Result<()> {
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(50)
-        .right_y_label_area_size(150)
         .build_cartesian_2d(0f64..n as f64, 0f64..ymax)
         .map_err(err)?;
     chart
@@ -140,12 +141,15 @@ pub fn launch_times(results: &Results, path: &Path) -> Result<()> {
                 BLACK.stroke_width(1),
             ));
         }
-        chart
-            .draw_series(bars)
-            .map_err(err)?
-            .label(sc.name())
-            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], c.filled()));
+        chart.draw_series(bars).map_err(err)?;
         chart.draw_series(whiskers).map_err(err)?;
+        let y = 50 + 20 * j as i32;
+        legend
+            .draw(&Rectangle::new([(10, y - 6), (22, y + 6)], c.filled()))
+            .map_err(err)?;
+        legend
+            .draw(&Text::new(sc.name(), (28, y - 7), ("sans-serif", 13)))
+            .map_err(err)?;
     }
     chart
         .draw_series(std::iter::once(PathElement::new(
@@ -153,21 +157,15 @@ pub fn launch_times(results: &Results, path: &Path) -> Result<()> {
             BLACK.mix(0.5).stroke_width(1),
         )))
         .map_err(err)?;
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.9))
-        .border_style(BLACK)
-        .draw()
-        .map_err(err)?;
     for (i, p) in results.programs.iter().enumerate() {
         let (x, y) = chart.backend_coord(&(i as f64 + 0.5, 0.0));
-        root.draw(&Text::new(
-            p.name.clone(),
-            (x - 4 * p.name.len() as i32, y + 12),
-            ("sans-serif", 14),
-        ))
-        .map_err(err)?;
+        plot_area
+            .draw(&Text::new(
+                p.name.clone(),
+                (x - 4 * p.name.len() as i32, y + 12),
+                ("sans-serif", 14),
+            ))
+            .map_err(err)?;
     }
     root.present().map_err(err)?;
     Ok(())

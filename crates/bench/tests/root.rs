@@ -3,6 +3,7 @@
 //! so and return early when not root (CI runs them as root).
 
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use warmstart_bench::launch::Target;
@@ -10,6 +11,14 @@ use warmstart_bench::os::residency;
 use warmstart_bench::real::{Config, RealExecutor};
 use warmstart_bench::runner::{run_program, Executor, NoProgress};
 use warmstart_bench::scenario::Scenario;
+
+/// The tests drop caches and swap stdout/stderr while recording: they must
+/// not overlap.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
@@ -62,6 +71,7 @@ fn config(evict_files: bool) -> Config {
 
 #[test]
 fn root_cold_starts_evicted_and_warm_starts_cached() {
+    let _g = serial();
     if !is_root() {
         eprintln!("skipped: needs root to record and drop caches");
         return;
@@ -98,6 +108,7 @@ fn root_cold_starts_evicted_and_warm_starts_cached() {
 
 #[test]
 fn root_every_scenario_runs_on_a_real_command() {
+    let _g = serial();
     if !is_root() {
         eprintln!("skipped: needs root to record and drop caches");
         return;
