@@ -43,6 +43,11 @@ bench: release
 
 install: release
 	install -m 0755 $(RELEASE) /usr/local/bin/warmstart
+	install -d -m 0755 /etc/warmstart /usr/local/share/doc/warmstart
+	[ -e /etc/warmstart/config.toml ] || install -m 0644 dist/config.toml /etc/warmstart/config.toml
+	install -m 0644 docs/*.md /usr/local/share/doc/warmstart/
+	if [ -d /etc/systemd/system ]; then install -m 0644 dist/warmstart.service /etc/systemd/system/; \
+	  systemctl daemon-reload 2>/dev/null || true; echo "enable with: systemctl enable --now warmstart"; fi
 
 fmt:
 	$(CARGO) fmt --all

@@ -71,6 +71,9 @@ pub struct Options {
     pub uses: bool,
     /// Opens, stats, readlinks and directory reads.
     pub namespace: bool,
+    /// Report every exec on the system and start tracing it (daemon mode);
+    /// user space [`untrack`](Recorder::untrack)s what it does not want.
+    pub watch_exec: bool,
 }
 
 impl Default for Options {
@@ -78,6 +81,7 @@ impl Default for Options {
         Self {
             uses: true,
             namespace: true,
+            watch_exec: false,
         }
     }
 }
@@ -113,6 +117,7 @@ impl Recorder {
             .expect("record.bpf.c has read-only data");
         rodata.trace_uses = opts.uses;
         rodata.trace_namespace = opts.namespace;
+        rodata.watch_exec = opts.watch_exec;
 
         let mut disabled = Vec::new();
         for mut prog in open.open_object_mut().progs_mut() {
@@ -156,6 +161,11 @@ impl Recorder {
             .tracked
             .update(&tgid.to_ne_bytes(), &[1u8], MapFlags::ANY)
             .map_err(bpf_err("map update"))
+    }
+
+    /// Stops tracing a process (its future children are not followed).
+    pub fn untrack(&self, tgid: u32) {
+        let _ = self.skel.maps.tracked.delete(&tgid.to_ne_bytes());
     }
 
     /// Waits up to `timeout` for events and appends what arrived to `out`.

@@ -6,6 +6,7 @@
 //! block-input count of the application's own process tree (what it still
 //! had to read from storage itself), or exactly by the recorder (`audit`).
 
+pub mod daemon;
 pub mod device;
 mod manager;
 pub mod store;

@@ -104,6 +104,29 @@ pub struct LaunchReport {
     pub wall_ms: f64,
 }
 
+impl LaunchReport {
+    pub fn new(profile: &str, phase: Phase) -> LaunchReport {
+        LaunchReport {
+            profile: profile.to_string(),
+            phase_before: phase,
+            phase_after: phase,
+            strategy: None,
+            warm_skip: false,
+            plan_problem: None,
+            replay: None,
+            app_read_bytes: None,
+            miss_ratio: None,
+            relearn_reason: None,
+            audit_pages_from_storage: None,
+            audit_pages: None,
+            uncovered_bytes: None,
+            compiled: None,
+            exit_code: 0,
+            wall_ms: 0.0,
+        }
+    }
+}
+
 /// The profile name for a command: the executable's base name and a hash
 /// of its resolved path and arguments, so `python3 a.py` and `python3 b.py`
 /// are different launches.
@@ -183,24 +206,7 @@ pub fn run(
             Profile::new(&name, argv)
         }
     };
-    let mut report = LaunchReport {
-        profile: name.clone(),
-        phase_before: prof.phase,
-        phase_after: prof.phase,
-        strategy: None,
-        warm_skip: false,
-        plan_problem: None,
-        replay: None,
-        app_read_bytes: None,
-        miss_ratio: None,
-        relearn_reason: None,
-        audit_pages_from_storage: None,
-        audit_pages: None,
-        uncovered_bytes: None,
-        compiled: None,
-        exit_code: 0,
-        wall_ms: 0.0,
-    };
+    let mut report = LaunchReport::new(&name, prof.phase);
     prof.launches += 1;
 
     let exit = match prof.phase {
@@ -223,13 +229,13 @@ pub fn run(
     Ok((exit, report))
 }
 
-fn load_plan(store: &Store, name: &str) -> Result<Plan, String> {
+pub(crate) fn load_plan(store: &Store, name: &str) -> Result<Plan, String> {
     let p = store.plan_path(name);
     let bytes = std::fs::read(&p).map_err(|e| format!("plan {} unreadable: {e}", p.display()))?;
     Plan::from_bytes(&bytes).map_err(|e| format!("plan {} rejected: {e}", p.display()))
 }
 
-fn relearn(prof: &mut Profile, store: &Store, why: String, report: &mut LaunchReport) {
+pub(crate) fn relearn(prof: &mut Profile, store: &Store, why: String, report: &mut LaunchReport) {
     for t in prof.traces.drain(..) {
         let _ = std::fs::remove_file(store.trace_path(&prof.name, &t));
     }
@@ -242,7 +248,7 @@ fn relearn(prof: &mut Profile, store: &Store, why: String, report: &mut LaunchRe
 }
 
 /// Keeps a trace in the profile; compiles once there are enough.
-fn add_trace(
+pub(crate) fn add_trace(
     trace: &Trace,
     store: &Store,
     prof: &mut Profile,
@@ -442,6 +448,23 @@ fn prefetch(
         Ok((exit, done, audit))
     })?;
 
+    judge(prof, store, plan, audit, replay_report, cfg, report);
+    Ok(exit)
+}
+
+/// After a prefetched launch: the miss ratio and stale files decide whether
+/// the profile stays, asks for an exact audit, or relearns. `audit` is the
+/// launch's exact recording, if there is one; otherwise the cheap
+/// `report.app_read_bytes` is used.
+pub(crate) fn judge(
+    prof: &mut Profile,
+    store: &Store,
+    plan: &Plan,
+    audit: Option<Trace>,
+    replay_report: Option<Report>,
+    cfg: &Config,
+    report: &mut LaunchReport,
+) {
     let plan_bytes = (plan.data_bytes() + plan.meta_bytes()).max(1);
     // The cheap check counts every byte the application read itself,
     // including pages the plan has but the replay had not reached yet (a
@@ -511,7 +534,6 @@ fn prefetch(
             }
         }
     }
-    Ok(exit)
 }
 
 /// Launches without recording. Returns the exit and the bytes the

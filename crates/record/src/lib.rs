@@ -218,6 +218,13 @@ impl Aggregator {
         }
     }
 
+    /// For a process found already exec'd (the daemon sees launches at their
+    /// exec): nothing before it to drop.
+    pub fn already_execed(mut self) -> Self {
+        self.root = None;
+        self
+    }
+
     /// Every process of the tree has exited.
     pub fn tree_done(&self) -> bool {
         self.forked.iter().all(|p| self.exited.contains(p))

@@ -66,6 +66,14 @@ pub enum Command {
         later launch is prefetched. A miss ratio above --rmiss or changed files send it back to\n\
         learning. The command's exit status, signals, terminal and environment are its own.")]
     Run(RunArgs),
+    /// Automatic mode: learn and prefetch every launch, no wrapper needed.
+    #[command(after_help = "EXAMPLES:\n  \
+        warmstart daemon                                   # as root; usually run by systemd\n  \
+        warmstart daemon --config /etc/warmstart/config.toml\n  \
+        systemctl enable --now warmstart                   # after `make install`\n\n\
+        Policy lives in /etc/warmstart/config.toml (see docs/daemon.md). Launches with a plan are\n\
+        prefetched from their exec on; others are learned in the background.")]
+    Daemon(DaemonArgs),
     /// List the learned profiles.
     #[command(after_help = "EXAMPLES:\n  warmstart status\n  warmstart status --json")]
     Status(StatusArgs),
@@ -171,9 +179,29 @@ pub enum StrategyArg {
 }
 
 #[derive(Debug, clap::Args)]
+pub struct DaemonArgs {
+    /// Policy file (missing: defaults).
+    #[arg(
+        long,
+        value_name = "FILE",
+        default_value = "/etc/warmstart/config.toml"
+    )]
+    pub config: PathBuf,
+    /// Overrides the config's state directory.
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// Overrides the config's control socket.
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
 pub struct StatusArgs {
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
+    /// The daemon's control socket.
+    #[arg(long, value_name = "PATH", default_value = "/run/warmstart.sock")]
+    pub socket: PathBuf,
     #[arg(long)]
     pub json: bool,
 }

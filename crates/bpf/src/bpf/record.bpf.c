@@ -56,6 +56,8 @@ enum pathop_kind _pathop_kind = 0;
 /* Set before load: whether to emit page-use events and namespace events. */
 const volatile bool trace_uses = true;
 const volatile bool trace_namespace = true;
+/* Daemon mode: report (and start tracing) every exec on the system. */
+const volatile bool watch_exec = false;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -389,8 +391,15 @@ static __always_inline struct file *fd_file(long fd)
 SEC("tp_btf/sched_process_exec")
 int BPF_PROG(handle_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
 {
-	if (!is_tracked())
+	if (watch_exec) {
+		/* Daemon mode: every exec starts being traced at once, so a
+		 * launch to learn loses nothing; user space untracks the rest. */
+		u32 tgid = bpf_get_current_pid_tgid() >> 32;
+		u8 one = 1;
+		bpf_map_update_elem(&tracked, &tgid, &one, BPF_ANY);
+	} else if (!is_tracked()) {
 		return 0;
+	}
 	emit_file(EV_EXEC, BPF_CORE_READ(bprm, file));
 	return 0;
 }

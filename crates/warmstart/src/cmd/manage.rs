@@ -3,7 +3,12 @@
 use anyhow::{Context, Result};
 use warmstart_launch::{Config, Store, Strategy, StrategyChoice};
 
-use crate::cli::{ForgetArgs, RunArgs, StatusArgs, StrategyArg};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use warmstart_launch::daemon::DaemonConfig;
+
+use crate::cli::{DaemonArgs, ForgetArgs, RunArgs, StatusArgs, StrategyArg};
 use crate::cmd::human_bytes;
 
 pub fn run(args: RunArgs, quiet: bool) -> Result<i32> {
@@ -63,9 +68,37 @@ fn store(dir: &Option<std::path::PathBuf>) -> Result<Store> {
     Ok(Store::open(&d)?)
 }
 
+pub fn daemon(args: DaemonArgs) -> Result<i32> {
+    let mut cfg = DaemonConfig::load(&args.config)
+        .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+    if let Some(d) = args.state_dir {
+        cfg.state_dir = d;
+    }
+    if let Some(s) = args.socket {
+        cfg.socket = s;
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+        signal_hook::flag::register(sig, Arc::clone(&stop))?;
+    }
+    warmstart_launch::daemon::run(&cfg, stop, &mut std::io::stderr())?;
+    Ok(0)
+}
+
 pub fn status(args: StatusArgs) -> Result<i32> {
     let store = store(&args.state_dir)?;
     let profiles = store.list();
+    if let Some(d) = warmstart_launch::daemon::query(&args.socket) {
+        if args.json {
+            println!("{}", serde_json::to_string(&d)?);
+        } else {
+            println!(
+                "daemon: pid {}, up {:.0} s, {} execs seen, {} learned, {} prefetched, {} ignored; exec->replay p50 {:.0} us, p90 {:.0} us, max {:.0} us; {} events, {} dropped",
+                d.pid, d.uptime_s, d.execs_seen, d.launches_learned, d.launches_prefetched, d.ignored,
+                d.exec_to_replay_us[0], d.exec_to_replay_us[1], d.exec_to_replay_us[2], d.events, d.drops
+            );
+        }
+    }
     if args.json {
         let v: Vec<_> = profiles
             .iter()

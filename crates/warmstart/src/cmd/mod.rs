@@ -18,6 +18,7 @@ pub fn dispatch(cli: Cli) -> Result<i32> {
         Command::Replay(args) => replay::run(args, cli.quiet),
         Command::Run(args) => manage::run(args, cli.quiet),
         Command::Status(args) => manage::status(args),
+        Command::Daemon(args) => manage::daemon(args),
         Command::Forget(args) => manage::forget(args),
     }
 }
