@@ -90,7 +90,7 @@ fn root_daemon_learns_prefetches_relearns_and_obeys_policy() {
     // Direct launches are learned until the profile has a plan (two
     // learning launches; more only if a prefetched launch relearns).
     let mut count = 0;
-    let mut until_prefetching = |count: &mut u64| {
+    let until_prefetching = |count: &mut u64| {
         for _ in 0..4 {
             launch(&fx);
             *count += 1;
@@ -137,7 +137,7 @@ fn root_daemon_learns_prefetches_relearns_and_obeys_policy() {
                 .unwrap()
                 .iter()
                 .zip(flags)
-                .filter(|(_, s)| s == &true)
+                .filter(|(_, s)| *s == true)
                 .map(|(r, _)| r[1].as_u64().unwrap() / 4096)
                 .collect::<Vec<_>>()
         })
