@@ -74,6 +74,8 @@ pub enum Command {
         Policy lives in /etc/warmstart/config.toml (see docs/daemon.md). Launches with a plan are\n\
         prefetched from their exec on; others are learned in the background.")]
     Daemon(DaemonArgs),
+    /// Measure launch times like the papers: cold, warm, peers and warmstart, side by side.
+    Bench(warmstart_bench::BenchArgs),
     /// List the learned profiles.
     #[command(after_help = "EXAMPLES:\n  warmstart status\n  warmstart status --json")]
     Status(StatusArgs),

@@ -19,6 +19,7 @@ pub fn dispatch(cli: Cli) -> Result<i32> {
         Command::Run(args) => manage::run(args, cli.quiet),
         Command::Status(args) => manage::status(args),
         Command::Daemon(args) => manage::daemon(args),
+        Command::Bench(args) => warmstart_bench::run(args, cli.quiet),
         Command::Forget(args) => manage::forget(args),
     }
 }
