@@ -6,7 +6,7 @@ use warmstart_plan::Trace;
 
 use crate::cli::CompileArgs;
 use crate::cmd::human_bytes;
-use crate::cmd::record::write_atomic;
+use warmstart_launch::store::write_atomic;
 
 pub fn options(a: &CompileArgs) -> CompileOptions {
     CompileOptions {

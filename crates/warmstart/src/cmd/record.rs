@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use warmstart_launch::store::write_atomic;
 use warmstart_plan::trace::CacheState;
 use warmstart_plan::Trace;
 use warmstart_record::{evict, BackendChoice, Options};
@@ -93,22 +94,4 @@ pub fn run(args: RecordArgs, quiet: bool) -> Result<i32> {
     }
     let exit = recorded.wait()?;
     warmstart_record::exit_like(exit)
-}
-
-/// Writes via a temporary file and rename, so a crash never leaves half a file.
-pub fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> Result<()> {
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(std::path::Path::new("."));
-    let tmp = dir.join(format!(
-        ".{}.tmp{}",
-        path.file_name()
-            .map(|n| n.to_string_lossy())
-            .unwrap_or_default(),
-        std::process::id()
-    ));
-    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))?;
-    Ok(())
 }
