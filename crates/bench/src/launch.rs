@@ -177,6 +177,9 @@ pub fn launch(t: &Target, t0: Instant) -> Result<Launched> {
         .envs(t.env.iter().map(|(k, v)| (k, v)));
     if piped {
         c.stdout(Stdio::piped()).stderr(Stdio::piped());
+    } else if std::env::var_os("WARMSTART_BENCH_SHOW_OUTPUT").is_some() {
+        // For finding out why a program fails under the bench.
+        c.stdout(Stdio::inherit()).stderr(Stdio::inherit());
     } else {
         c.stdout(Stdio::null()).stderr(Stdio::null());
     }

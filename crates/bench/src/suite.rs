@@ -147,9 +147,12 @@ pub struct Xvfb {
 
 impl Xvfb {
     pub fn start() -> Result<Xvfb> {
-        // A display number unlikely to be taken; a taken one makes Xvfb
-        // exit at once, which is checked below.
-        let n = 90 + std::process::id() % 9;
+        // The first display without a lock file. A server killed without
+        // a chance to clean up leaves its lock and socket behind, so the
+        // socket alone does not say the server is ours.
+        let n = (90..200)
+            .find(|n| !Path::new(&format!("/tmp/.X{n}-lock")).exists())
+            .context("no free X display number between :90 and :199")?;
         let display = format!(":{n}");
         let child = Command::new("Xvfb")
             .args([&display, "-screen", "0", "1280x1024x24", "-nolisten", "tcp"])
@@ -161,11 +164,11 @@ impl Xvfb {
         let mut x = Xvfb { child, display };
         let sock = PathBuf::from(format!("/tmp/.X11-unix/X{n}"));
         for _ in 0..200 {
-            if sock.exists() {
-                return Ok(x);
-            }
             if let Some(st) = x.child.try_wait()? {
                 bail!("Xvfb {} exited at start ({st})", x.display);
+            }
+            if sock.exists() {
+                return Ok(x);
             }
             std::thread::sleep(Duration::from_millis(25));
         }
@@ -175,6 +178,14 @@ impl Xvfb {
 
 impl Drop for Xvfb {
     fn drop(&mut self) {
+        // TERM, not KILL: Xvfb removes its lock file and socket on TERM.
+        crate::os::signal_tree(self.child.id(), libc::SIGTERM);
+        for _ in 0..100 {
+            if self.child.try_wait().ok().flatten().is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
