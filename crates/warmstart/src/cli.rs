@@ -76,6 +76,15 @@ pub enum Command {
     Daemon(DaemonArgs),
     /// Measure launch times like the papers: cold, warm, peers and warmstart, side by side.
     Bench(warmstart_bench::BenchArgs),
+    /// Run a command with adaptive runtime prefetching of its data streams (prefetchd).
+    #[command(after_help = "EXAMPLES:\n  \
+        warmstart stream -- sqlite3 big.db 'select count(*) from t where x like \"%a%\"'\n  \
+        warmstart stream --json -- sha256sum huge.iso\n\n\
+        Sequential, backward and strided reads are detected per process and file every\n\
+        --interval; the prefetcher reads ahead at the program's measured rate times a scale\n\
+        that feedback adjusts, under the device's measured throughput. Accuracy and cost are\n\
+        reported at the end.")]
+    Stream(StreamArgs),
     /// List the learned profiles.
     #[command(after_help = "EXAMPLES:\n  warmstart status\n  warmstart status --json")]
     Status(StatusArgs),
@@ -178,6 +187,24 @@ pub enum StrategyArg {
     Auto,
     Concurrent,
     Sorted,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct StreamArgs {
+    /// Polling interval in seconds (prefetchd's default 0.5).
+    #[arg(long, default_value_t = 0.5, value_name = "S")]
+    pub interval: f64,
+    /// Share of a process's reads that must fit a pattern to prefetch.
+    #[arg(long, default_value_t = 0.6)]
+    pub threshold: f64,
+    /// Device read ceiling in MB/s (default: measured).
+    #[arg(long, value_name = "MBPS")]
+    pub max_throughput: Option<u64>,
+    /// Print the report as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
 }
 
 #[derive(Debug, clap::Args)]

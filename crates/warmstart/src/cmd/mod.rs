@@ -5,6 +5,7 @@ mod manage;
 mod record;
 mod replay;
 mod show;
+mod stream;
 
 use anyhow::Result;
 
@@ -19,6 +20,7 @@ pub fn dispatch(cli: Cli) -> Result<i32> {
         Command::Run(args) => manage::run(args, cli.quiet),
         Command::Status(args) => manage::status(args),
         Command::Daemon(args) => manage::daemon(args),
+        Command::Stream(args) => stream::run(args, cli.quiet),
         Command::Bench(args) => warmstart_bench::run(args, cli.quiet),
         Command::Forget(args) => manage::forget(args),
     }
