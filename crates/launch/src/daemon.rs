@@ -258,6 +258,7 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
     let mut sessions: HashMap<u32, Session> = HashMap::new();
     let mut owner: HashMap<u32, u32> = HashMap::new();
     let mut buf = Vec::new();
+    let finishing = Arc::new(std::sync::Mutex::new(()));
     let idle = Duration::from_secs_f64(dcfg.idle_s);
     let timeout = Duration::from_secs_f64(dcfg.timeout_s);
 
@@ -265,30 +266,51 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
         rec.poll(Duration::from_millis(20), &mut buf)
             .map_err(warmstart_record::Error::from)?;
         status.events += buf.len() as u64;
-        for ev in buf.drain(..) {
-            let tgid = ev.tgid();
-            if let Event::Exec {
-                ts_ns, ref file, ..
-            } = ev
-            {
-                if let std::collections::hash_map::Entry::Vacant(slot) = owner.entry(tgid) {
+        // Launches first: a replay must not wait behind a batch of page
+        // events. An exec is a new launch unless its process was forked
+        // inside a traced tree (in earlier batches or in this one).
+        let mut forked_here: HashSet<u32> = HashSet::new();
+        let mut handled: HashSet<u32> = HashSet::new();
+        for ev in &buf {
+            match ev {
+                Event::Fork {
+                    parent_tgid,
+                    child_tgid,
+                    ..
+                } if owner.contains_key(parent_tgid) || forked_here.contains(parent_tgid) => {
+                    forked_here.insert(*child_tgid);
+                }
+                Event::Exec { tgid, ts_ns, file }
+                    if !owner.contains_key(tgid) && !forked_here.contains(tgid) =>
+                {
+                    handled.insert(*tgid);
                     status.execs_seen += 1;
                     let exe = file.path.absolute().unwrap_or_default();
-                    match start_session(tgid, &exe, ts_ns, dcfg, &cfg, &store, me, &sessions, log) {
+                    match start_session(*tgid, &exe, *ts_ns, dcfg, &cfg, &store, me, &sessions, log)
+                    {
                         Some((s, lat)) => {
                             if let Some(l) = lat {
                                 latencies.push(l);
                             }
-                            slot.insert(tgid);
-                            sessions.insert(tgid, s);
+                            owner.insert(*tgid, *tgid);
+                            sessions.insert(*tgid, s);
                         }
                         None => {
                             status.ignored += 1;
-                            rec.untrack(tgid);
+                            rec.untrack(*tgid);
                         }
                     }
-                    continue;
                 }
+                _ => {}
+            }
+        }
+        for ev in buf.drain(..) {
+            let tgid = ev.tgid();
+            if matches!(ev, Event::Exec { .. })
+                && handled.contains(&tgid)
+                && !owner.contains_key(&tgid)
+            {
+                continue; // ignored by policy
             }
             let Some(&root) = owner.get(&tgid) else {
                 continue;
@@ -318,14 +340,29 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
                 owner.remove(m);
                 rec.untrack(*m);
             }
-            match finish_session(s, &store, &cfg, rec.drops(), log) {
-                Ok(true) => status.launches_prefetched += 1,
-                Ok(false) => status.launches_learned += 1,
-                Err(e) => {
-                    let _ = writeln!(log, "warmstart daemon: {e}");
-                }
+            if matches!(s.mode, Mode::Prefetching { .. }) {
+                status.launches_prefetched += 1;
+            } else {
+                status.launches_learned += 1;
             }
-            evict_lru(&store, dcfg.store_max_mib << 20);
+            // Naming files, compiling and writing happen off the loop, so
+            // the next exec is not kept waiting; one at a time, so two
+            // launches of one program never race on its profile.
+            let (store, cfg, drops, lock) = (
+                store.clone(),
+                cfg.clone(),
+                rec.drops(),
+                Arc::clone(&finishing),
+            );
+            let max = dcfg.store_max_mib << 20;
+            std::thread::spawn(move || {
+                let _one = lock.lock();
+                let mut err = std::io::stderr();
+                if let Err(e) = finish_session(s, &store, &cfg, drops, &mut err) {
+                    let _ = writeln!(err, "warmstart daemon: {e}");
+                }
+                evict_lru(&store, max);
+            });
         }
         status.uptime_s = started.elapsed().as_secs_f64();
         status.active_sessions = sessions.len();
