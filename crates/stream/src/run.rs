@@ -34,6 +34,9 @@ pub struct Options {
     pub max_throughput: Option<u64>,
     /// Stop prefetching while MemAvailable is below this.
     pub memory_floor: u64,
+    /// A fixed scale instead of feedback: the static aggressive
+    /// prefetcher prefetchd is compared with.
+    pub static_scale: Option<f64>,
 }
 
 impl Default for Options {
@@ -43,6 +46,7 @@ impl Default for Options {
             threshold: MATCH_THRESHOLD,
             max_throughput: None,
             memory_floor: 256 << 20,
+            static_scale: None,
         }
     }
 }
@@ -123,6 +127,11 @@ pub fn run(argv: &[String], opts: &Options) -> Result<(Exit, Report), Error> {
     let mut files: HashMap<(u32, u64), FileState> = HashMap::new();
     let mut detectors: HashMap<(u32, u32, u64), Detector> = HashMap::new();
     let mut ctl = Controller::default();
+    if let Some(fixed) = opts.static_scale {
+        ctl.scale = fixed;
+        ctl.min = fixed;
+        ctl.max = fixed;
+    }
     let mut report = Report::default();
     let mut ceiling = opts.max_throughput;
     let mut buf = Vec::new();

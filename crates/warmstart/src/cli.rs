@@ -200,6 +200,10 @@ pub struct StreamArgs {
     /// Device read ceiling in MB/s (default: measured).
     #[arg(long, value_name = "MBPS")]
     pub max_throughput: Option<u64>,
+    /// No feedback: always prefetch this many times the program's rate
+    /// (the static aggressive prefetcher, for comparison).
+    #[arg(long, value_name = "SCALE")]
+    pub static_scale: Option<f64>,
     /// Print the report as JSON on stdout.
     #[arg(long)]
     pub json: bool,

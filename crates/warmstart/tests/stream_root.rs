@@ -29,7 +29,7 @@ fn root_stream_prefetches_ahead_of_a_sequential_reader() {
             .arg(fixture())
             .arg("scan")
             .arg(&big)
-            .args(["1024", "40"]),
+            .args(["1024", "40", "forward", "random"]),
     );
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
     let file = r["files"]

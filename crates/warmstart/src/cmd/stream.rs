@@ -13,6 +13,7 @@ pub fn run(args: StreamArgs, quiet: bool) -> Result<i32> {
         interval: Duration::from_secs_f64(args.interval),
         threshold: args.threshold,
         max_throughput: args.max_throughput.map(|m| m << 20),
+        static_scale: args.static_scale,
         ..Options::default()
     };
     let (exit, report) = warmstart_stream::run(&args.command, &opts)?;
