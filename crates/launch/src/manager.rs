@@ -49,6 +49,9 @@ pub struct Config {
     pub strategy: StrategyChoice,
     /// Audit prefetching launches with the recorder (exact, costs a BPF load).
     pub audit: bool,
+    /// The sorted strategy holds the application until the prefetch is
+    /// resident, but never longer than this.
+    pub sorted_wait_max: Duration,
     /// Before exec, let the replay issue this many requests ...
     pub head_start_requests: u64,
     /// ... or run this long, whichever comes first.
@@ -68,6 +71,7 @@ impl Default for Config {
             stale_share: 0.1,
             strategy: StrategyChoice::Auto,
             audit: false,
+            sorted_wait_max: Duration::from_secs(5),
             head_start_requests: 8,
             head_start: Duration::from_millis(10),
             compile: CompileOptions::default(),
@@ -385,7 +389,10 @@ fn prefetch(
     let backend = RealBackend::new();
     let mut ropts = cfg.replay.clone();
     if strat == Strategy::Sorted {
-        ropts.wait = Some(warmstart_replay::Options::DEFAULT_WAIT_TIMEOUT);
+        // The application is held meanwhile: never for long. (A Python
+        // launch once waited the replay's default 30 s for pages that did
+        // not become resident.)
+        ropts.wait = Some(cfg.sorted_wait_max);
     }
     let engine = match Engine::new(&backend, ropts) {
         Ok(e) => e,
