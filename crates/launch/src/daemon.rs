@@ -471,15 +471,14 @@ fn new_session(tgid: u32, name: String, argv: Vec<String>, mode: Mode) -> Sessio
     }
 }
 
-/// Builds the launch's trace and updates its profile. Returns whether the
-/// launch was prefetched.
+/// Builds the launch's trace and updates its profile.
 fn finish_session(
     s: Session,
     store: &Store,
     cfg: &Config,
     drops: u64,
     log: &mut dyn Write,
-) -> Result<bool, Error> {
+) -> Result<(), Error> {
     let meta = TraceMeta {
         command: s.argv.clone(),
         cwd: "/".into(),
@@ -505,10 +504,9 @@ fn finish_session(
         .unwrap_or_else(|| Profile::new(&s.name, &s.argv));
     prof.launches += 1;
     let mut report = LaunchReport::new(&s.name, prof.phase);
-    let prefetched = match s.mode {
+    match s.mode {
         Mode::Learning => {
             add_trace(&trace, store, &mut prof, cfg, &mut report)?;
-            false
         }
         Mode::Prefetching {
             plan,
@@ -519,9 +517,8 @@ fn finish_session(
             let rep = replay.and_then(|h| h.join().ok().flatten());
             let _ = store::write_atomic(&store.dir(&s.name).join("last-audit"), &trace.to_bytes());
             judge(&mut prof, store, &plan, Some(trace), rep, cfg, &mut report);
-            true
         }
-    };
+    }
     report.phase_after = prof.phase;
     store.save(&mut prof)?;
     let json = serde_json::to_vec_pretty(&report).expect("serializes");
@@ -537,7 +534,7 @@ fn finish_session(
             .map(|m| format!(", miss ratio {m:.3}"))
             .unwrap_or_default()
     );
-    Ok(prefetched)
+    Ok(())
 }
 
 /// Keeps the store under `max` bytes by forgetting the least recently used
