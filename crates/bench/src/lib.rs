@@ -160,7 +160,8 @@ pub fn run(args: BenchArgs, quiet: bool) -> Result<i32> {
         bail!("dropping the page cache needs root; run as root or use --evict-files");
     }
     let timeout = Duration::from_secs_f64(args.timeout);
-    let mut xvfb = None;
+    // Whether each target needs an X server (started just for it).
+    let mut x11 = Vec::new();
     let mut targets = Vec::new();
     if let Some(path) = &args.suite {
         let suite = suite::Suite::load(path)?;
@@ -194,17 +195,7 @@ pub fn run(args: BenchArgs, quiet: bool) -> Result<i32> {
             if let Some(x) = &args.prepare {
                 t.prepare.get_or_insert_with(|| x.clone());
             }
-            if p.x11 {
-                if xvfb.is_none() {
-                    let x = suite::Xvfb::start()?;
-                    // The window probe (xdotool) runs in our environment.
-                    // Set before any thread of ours starts.
-                    std::env::set_var("DISPLAY", &x.display);
-                    xvfb = Some(x);
-                }
-                let d = xvfb.as_ref().map(|x| x.display.clone()).unwrap_or_default();
-                t.env.push(("DISPLAY".into(), d));
-            }
+            x11.push(p.x11);
             targets.push(t);
         }
     } else {
@@ -262,7 +253,26 @@ pub fn run(args: BenchArgs, quiet: bool) -> Result<i32> {
         programs: Vec::new(),
     };
     let mut failed = Vec::new();
-    for t in targets {
+    for (i, mut t) in targets.into_iter().enumerate() {
+        // A private X server per GUI program, up only while it is measured.
+        let xvfb = if x11.get(i).copied().unwrap_or(false) {
+            match suite::Xvfb::start() {
+                Ok(x) => {
+                    // The window probe (xdotool) runs in our environment.
+                    // No thread of ours is running at this point.
+                    std::env::set_var("DISPLAY", &x.display);
+                    t.env.push(("DISPLAY".into(), x.display.clone()));
+                    Some(x)
+                }
+                Err(e) => {
+                    bar.suspend(|| eprintln!("warmstart: {}: {e:#}", t.name));
+                    failed.push(t.name.clone());
+                    continue;
+                }
+            }
+        } else {
+            None
+        };
         let mut exec = RealExecutor::new(t.clone(), cfg.clone());
         let mut prog = BarProgress {
             bar: &bar,
@@ -298,6 +308,7 @@ pub fn run(args: BenchArgs, quiet: bool) -> Result<i32> {
         } else {
             Vec::new()
         };
+        drop(xvfb);
         let summary = runner::summarize(&runs);
         if !quiet && !std::io::stderr().is_terminal() {
             eprintln!("warmstart: {} done ({} runs)", t.name, runs.len());
@@ -313,7 +324,6 @@ pub fn run(args: BenchArgs, quiet: bool) -> Result<i32> {
         });
     }
     bar.finish_and_clear();
-    drop(xvfb);
 
     print!("{}", report::render(&results));
     for w in report::outlier_warnings(&results) {

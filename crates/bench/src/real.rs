@@ -203,7 +203,12 @@ impl RealExecutor {
         let _dir = CwdGuard::enter(self.target.cwd.as_deref())?;
         let _env = EnvGuard::set(&self.target.env);
         let recorded = {
-            let _quiet = os::Silence::new(pipe_w.as_ref())?;
+            let show = std::env::var_os("WARMSTART_BENCH_SHOW_OUTPUT").is_some();
+            let _quiet = if pipe_w.is_some() || !show {
+                Some(os::Silence::new(pipe_w.as_ref())?)
+            } else {
+                None
+            };
             warmstart_record::record(&self.target.argv, &opts, |pid| {
                 let t0 = Instant::now();
                 let out = Arc::clone(&result);
@@ -220,6 +225,16 @@ impl RealExecutor {
                             };
                             if up {
                                 break true;
+                            }
+                            // Exited without becoming ready: no use waiting
+                            // (for output, the last lines may still be on
+                            // their way through the pipe).
+                            if !matches!(ready, Ready::Output(_))
+                                && pidfd
+                                    .as_ref()
+                                    .is_some_and(|fd| os::wait_readable(fd, Instant::now()))
+                            {
+                                break false;
                             }
                             if Instant::now() >= deadline {
                                 break false;
@@ -370,6 +385,7 @@ impl Executor for RealExecutor {
         let phys = os::PhysicalMap::default();
         let physical = |f: &warmstart_plan::plan::PlanFile, off: u64| phys.lookup(&f.path, off);
         let mut plan_bytes = Vec::new();
+        let mut plan_entries = Vec::new();
         for s in [
             Scenario::Warmstart,
             Scenario::Fast,
@@ -383,6 +399,15 @@ impl Executor for RealExecutor {
                 notes.push(format!("the {s} plan is empty: {why:?}"));
             }
             plan_bytes.push((s, c.plan.data_bytes() + c.plan.meta_bytes()));
+            let count = |f: fn(&warmstart_plan::Entry) -> bool| {
+                c.plan.entries.iter().filter(|e| f(e)).count()
+            };
+            plan_entries.push((
+                s,
+                count(|e| matches!(e, warmstart_plan::Entry::Data { .. })),
+                count(|e| matches!(e, warmstart_plan::Entry::Meta { .. })),
+                count(|e| matches!(e, warmstart_plan::Entry::Lookup { .. })),
+            ));
             let plan = Arc::new(c.plan);
             if s == Scenario::Warmstart {
                 self.plans.insert(Scenario::PrefetchOnly, Arc::clone(&plan));
@@ -401,6 +426,7 @@ impl Executor for RealExecutor {
                 .unwrap_or(0),
             backend: last.meta.backend.name().to_string(),
             plan_bytes,
+            plan_entries,
             notes,
         })
     }

@@ -57,6 +57,10 @@ pub struct Learned {
     pub backend: String,
     /// Bytes (data + metadata) in each compiled plan, by scenario.
     pub plan_bytes: Vec<(Scenario, u64)>,
+    /// Entries of each plan: (scenario, data ranges, metadata ranges,
+    /// path lookups). What the replay has to issue, for explaining times.
+    #[serde(default)]
+    pub plan_entries: Vec<(Scenario, usize, usize, usize)>,
     /// Things the user should know (fallbacks, empty plans).
     pub notes: Vec<String>,
 }

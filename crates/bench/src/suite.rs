@@ -155,10 +155,25 @@ impl Xvfb {
             .context("no free X display number between :90 and :199")?;
         let display = format!(":{n}");
         let child = Command::new("Xvfb")
-            .args([&display, "-screen", "0", "1280x1024x24", "-nolisten", "tcp"])
+            // -noreset: by default the server resets whenever its last
+            // client leaves, and the window probe (one short-lived xdotool
+            // client every 20 ms) makes that happen constantly; a program
+            // connecting during a reset fails with "cannot open display".
+            .args([
+                &display,
+                "-screen",
+                "0",
+                "1280x1024x24",
+                "-nolisten",
+                "tcp",
+                "-noreset",
+            ])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(
+                std::fs::File::create(std::env::temp_dir().join("warmstart-bench-xvfb.log"))
+                    .map_or_else(|_| Stdio::null(), Stdio::from),
+            )
             .spawn()
             .context("starting Xvfb (apt-get install xvfb)")?;
         let mut x = Xvfb { child, display };
