@@ -39,7 +39,7 @@ demo: release
 	./scripts/demo.sh
 
 bench: release
-	./target/release/warmstart bench --suite bench/suite.toml --runs 5 --plot docs/img --export-json docs/bench.json
+	./target/release/warmstart bench --suite bench/suite.toml --runs 5 --plot docs/img --export-json docs/img/bench.json --export-csv docs/img/bench.csv
 
 install: release
 	install -m 0755 $(RELEASE) /usr/local/bin/warmstart
