@@ -37,6 +37,11 @@ pub enum Ready {
     Port(String),
     /// A visible X11 window whose name matches (polled with xdotool).
     Window(String),
+    /// The launch's process group did no reads (from storage or from the
+    /// cache) for this long: complete at its last read. FAST's and
+    /// Paralfetch's I/O-idle end of a launch, for programs that neither
+    /// exit nor print nor open a window.
+    Idle(Duration),
 }
 
 impl FromStr for Ready {
@@ -58,8 +63,14 @@ impl FromStr for Ready {
                 Ok(Ready::Port(addr))
             }
             "window" if !arg.is_empty() => Ok(Ready::Window(arg.to_string())),
+            "idle" => arg
+                .parse::<f64>()
+                .ok()
+                .filter(|v| *v > 0.0)
+                .map(|v| Ready::Idle(Duration::from_secs_f64(v)))
+                .ok_or_else(|| format!("idle:SECONDS needs a positive number, not {arg:?}")),
             _ => Err(format!(
-                "unknown readiness {s:?}: use exit, output:REGEX, file:PATH, port:[HOST:]PORT or window:NAME"
+                "unknown readiness {s:?}: use exit, output:REGEX, file:PATH, port:[HOST:]PORT, window:NAME or idle:SECONDS"
             )),
         }
     }
@@ -73,6 +84,7 @@ impl fmt::Display for Ready {
             Ready::File(p) => write!(f, "file:{}", p.display()),
             Ready::Port(a) => write!(f, "port:{a}"),
             Ready::Window(n) => write!(f, "window:{n}"),
+            Ready::Idle(d) => write!(f, "idle:{}", d.as_secs_f64()),
         }
     }
 }
@@ -99,7 +111,7 @@ impl Ready {
                     .status()
                     .is_ok_and(|s| s.success()),
             ),
-            Ready::Exit | Ready::Output(_) => None,
+            Ready::Exit | Ready::Output(_) | Ready::Idle(_) => None,
         }
     }
 
@@ -108,6 +120,7 @@ impl Ready {
     pub fn interval(&self) -> Duration {
         match self {
             Ready::Window(_) => Duration::from_millis(20),
+            Ready::Idle(_) => Duration::from_millis(5),
             Ready::Port(_) | Ready::File(_) => Duration::from_millis(2),
             _ => Duration::from_micros(500),
         }
@@ -231,14 +244,28 @@ fn wait_ready(
     t0: Instant,
 ) -> Result<Launched> {
     let interval = t.ready.interval();
+    let pgid = child.id();
+    let mut io = (group_reads(pgid), t0.elapsed());
     loop {
         let ready = match &t.ready {
             Ready::Output(_) => matched.load(Ordering::Relaxed),
+            Ready::Idle(idle) => {
+                let now = group_reads(pgid);
+                if now != io.0 {
+                    io = (now, t0.elapsed());
+                }
+                t0.elapsed() >= io.1 + *idle
+            }
             r => r.poll().unwrap_or(false),
         };
         if ready {
+            // An idle launch completed at its last read, not when we noticed.
+            let time = match t.ready {
+                Ready::Idle(_) => io.1,
+                _ => t0.elapsed(),
+            };
             return Ok(Launched {
-                time: t0.elapsed(),
+                time,
                 exit_code: None,
             });
         }
@@ -247,7 +274,7 @@ fn wait_ready(
             let code = st
                 .code()
                 .or_else(|| std::os::unix::process::ExitStatusExt::signal(&st).map(|s| 128 + s));
-            if matches!(t.ready, Ready::Exit) {
+            if matches!(t.ready, Ready::Exit | Ready::Idle(_)) {
                 return Ok(Launched {
                     time,
                     exit_code: code,
@@ -278,6 +305,41 @@ fn wait_ready(
         }
         thread::sleep(interval);
     }
+}
+
+/// Bytes read so far (rchar: every read(), cached or not, plus
+/// read_bytes: what reached storage, which covers mmap faults) by the
+/// processes of group `pgid`, from /proc.
+fn group_reads(pgid: u32) -> u64 {
+    let mut total = 0;
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        // /proc/PID/stat: "pid (comm) state ppid pgrp ..."; comm may hold spaces.
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let pgrp = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(2))
+            .and_then(|g| g.parse::<u32>().ok());
+        if pgrp != Some(pgid) {
+            continue;
+        }
+        if let Ok(io) = std::fs::read_to_string(format!("/proc/{pid}/io")) {
+            total += io
+                .lines()
+                .filter(|l| l.starts_with("rchar:") || l.starts_with("read_bytes:"))
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .sum::<u64>();
+        }
+    }
+    total
 }
 
 /// Stops what is left of the launch: TERM to the group, KILL after a grace
@@ -322,12 +384,37 @@ mod tests {
             ("port:8080", "port:127.0.0.1:8080"),
             ("port:[::1]:80", "port:[::1]:80"),
             ("window:gedit", "window:gedit"),
+            ("idle:0.5", "idle:0.5"),
         ] {
             assert_eq!(s.parse::<Ready>().unwrap().to_string(), shown);
         }
-        for bad in ["", "exit:1", "file:", "output:(", "idle"] {
+        for bad in [
+            "", "exit:1", "file:", "output:(", "idle", "idle:0", "idle:x",
+        ] {
             assert!(bad.parse::<Ready>().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn idle_readiness_ends_at_the_last_read() {
+        // Reads for a moment, then sits idle for 30 s: complete at the
+        // reads, found idle after 0.3 s, and stopped.
+        let t = target(
+            &[
+                "sh",
+                "-c",
+                "for i in 1 2 3; do cat /etc/passwd > /dev/null; done; exec sleep 30",
+            ],
+            "idle:0.3",
+        );
+        let start = Instant::now();
+        let l = launch(&t, start).unwrap();
+        assert!(l.time < Duration::from_secs(5), "{:?}", l.time);
+        assert!(start.elapsed() >= Duration::from_millis(300));
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "stopped, not waited for"
+        );
     }
 
     #[test]

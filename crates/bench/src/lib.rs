@@ -82,7 +82,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub evict_files: bool,
     /// When a launch is complete: exit, output:REGEX (a stdout/stderr line),
-    /// file:PATH (appears), port:[HOST:]PORT (accepts), window:NAME (X11).
+    /// file:PATH (appears), port:[HOST:]PORT (accepts), window:NAME (X11),
+    /// idle:SECONDS (no reads for that long: complete at the last read).
     #[arg(long, default_value = "exit", value_name = "PROBE")]
     pub ready: Ready,
     /// Shell command run before every launch (outside the timing).
