@@ -293,12 +293,8 @@ fn open(path: &str) -> Option<File> {
 fn mem_available() -> u64 {
     std::fs::read_to_string("/proc/meminfo")
         .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("MemAvailable:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        })
-        .map_or(u64::MAX, |kb| kb * 1024)
+        .and_then(|t| warmstart_replay::parse_meminfo(&t).ok())
+        .map_or(u64::MAX, |m| m.available)
 }
 
 /// Raw read throughput of the device under `sample`: 16 MiB of O_DIRECT
