@@ -3,6 +3,7 @@
 
 pub mod detect;
 pub mod feedback;
+mod pages;
 mod run;
 
-pub use run::{measure_throughput, run, Error, FileReport, Options, Report};
+pub use run::{attach, measure_throughput, run, Error, FileReport, Options, Report};

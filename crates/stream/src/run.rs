@@ -1,30 +1,58 @@
-//! `warmstart stream -- CMD`: the prefetchd loop on warmstart's recorder.
+//! `warmstart stream`: the prefetchd loop on warmstart's recorder, around a
+//! command it starts or a process tree already running.
 //!
 //! Every polling interval (0.5 s, prefetchd's default) the application's
 //! page requests since the last one are run through a detector per
-//! (process, file); for each recognised stream the prefetcher reads ahead
-//! `scale × linear share × pages requested` — the application's measured
-//! rate — capped by the device's measured throughput minus the
-//! application's own random traffic, with `posix_fadvise(WILLNEED)`. The
-//! scale follows the feedback controller. Events say exactly which pages
-//! the application still had to read itself, which is what accuracy and
-//! cost are computed from.
+//! (process, file); for each recognised stream the prefetcher keeps
+//! `scale × linear share × its request rate × interval` pages asked for
+//! ahead of the reader — the application's measured rate — capped by the
+//! device's measured throughput minus the application's own random traffic,
+//! with `posix_fadvise(WILLNEED)` on warmstart's own descriptor. Like
+//! prefetchd it continues from where the last prefetch stopped rather than
+//! asking again for pages already asked for. The scale follows the feedback
+//! controller.
+//!
+//! Two details the paper's user-space prototype did not have to face:
+//! - One `WILLNEED` reads at most the device's read-ahead size and silently
+//!   drops the rest (`force_page_cache_ra()` caps `nr_to_read`), so requests
+//!   are cut at `read_ahead_kb`, as the replay engine does; with the usual
+//!   128 KiB an uncut request would prefetch almost nothing.
+//! - Requests are issued from a thread of their own: `WILLNEED` blocks while
+//!   the block layer's queue is full, and the loop must keep draining the
+//!   ring buffer meanwhile.
+//!
+//! warmstart traces its own process too, so the events say exactly which
+//! pages the prefetcher brought in (inserted by us), which the application
+//! then used, which it still read from storage itself, and which were
+//! inserted a second time — evicted before use, or refaulted after use —
+//! the signal the controller backs off on. Accuracy and cost come from the
+//! same events.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use warmstart_bpf::{Event, PageKind};
-use warmstart_record::{Exit, HeldChild, SignalForwarder};
+use warmstart_bpf::{Event, PageKind, Recorder};
+use warmstart_record::resolve::kdev_to_user;
+use warmstart_record::{procscan, Exit, HeldChild, SignalForwarder};
 
 use crate::detect::{self, Detector, MATCH_THRESHOLD};
 use crate::feedback::{Controller, Interval};
+use crate::pages::PageSet;
 
 const PAGE: u64 = 4096;
+/// Pages a new (process, file) must have requested before the interval
+/// is cut short to check it for a stream.
+const FAST_START_PAGES: u64 = 64;
+/// Request size when the device's read-ahead size is unknown.
+const DEFAULT_CHUNK: u64 = 128 << 10;
 
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -58,12 +86,16 @@ pub struct FileReport {
     pub pattern: Option<String>,
     /// Pages the application read (requested).
     pub used: u64,
-    /// Pages the prefetcher brought in.
+    /// Pages the prefetcher brought into the cache.
     pub prefetched: u64,
     /// Prefetched pages the application then read.
     pub prefetched_used: u64,
     /// Pages the application still had to read from storage itself.
     pub app_read: u64,
+    /// Prefetched pages evicted before the application reached them.
+    pub evicted_unused: u64,
+    /// Pages the application used, lost from the cache and read again.
+    pub refaulted: u64,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -73,6 +105,8 @@ pub struct Report {
     pub prefetched: u64,
     pub prefetched_used: u64,
     pub app_read: u64,
+    pub evicted_unused: u64,
+    pub refaulted: u64,
     /// (prefetched and used) / used.
     pub accuracy: f64,
     /// prefetched / used.
@@ -81,7 +115,11 @@ pub struct Report {
     pub max_throughput: u64,
     pub intervals: u64,
     pub drops: u64,
+    /// Intervals skipped because MemAvailable was under the floor.
     pub backed_off: u64,
+    /// Intervals in which prefetching was found evicting the cache's
+    /// useful pages, and the scale was halved.
+    pub thrashing: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -96,114 +134,288 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    #[error("no running process {pid}")]
+    NoProcess { pid: u32 },
+    #[error("cannot install a signal handler: {0}")]
+    Signal(std::io::Error),
+}
+
+/// Runs `argv` with adaptive prefetching; returns its exit and the report.
+pub fn run(argv: &[String], opts: &Options) -> Result<(Exit, Report), Error> {
+    let spawn_err = |source| Error::Spawn {
+        cmd: argv.join(" "),
+        source,
+    };
+    let held = HeldChild::spawn(argv).map_err(spawn_err)?;
+    let rec = Recorder::start(warmstart_bpf::Options::default())?;
+    rec.track(held.pid())?;
+    let mut session = Session::new(&rec, opts)?;
+    let mut signals = SignalForwarder::install().map_err(warmstart_record::Error::from)?;
+    let mut running = held.release().map_err(spawn_err)?;
+    let exit = loop {
+        session.step()?;
+        signals.forward(&running);
+        if let Some(e) = running.try_wait().map_err(warmstart_record::Error::from)? {
+            break e;
+        }
+    };
+    Ok((exit, session.finish()))
+}
+
+/// Attaches to the running process `pid` and its descendants (those alive
+/// now and those it starts) until it exits or warmstart is interrupted
+/// (SIGINT, SIGTERM, SIGHUP); returns the report.
+pub fn attach(pid: u32, opts: &Options) -> Result<Report, Error> {
+    if !alive(pid) {
+        return Err(Error::NoProcess { pid });
+    }
+    stop_on_signals().map_err(Error::Signal)?;
+    let rec = Recorder::start(warmstart_bpf::Options::default())?;
+    let tree = procscan::descendants(Path::new("/proc"), pid);
+    for &p in &tree {
+        rec.track(p)?;
+    }
+    let mut session = Session::new(&rec, opts)?;
+    session.alive.extend(tree);
+    // Its files are already open: name them from /proc, not from opens.
+    session.resolve_paths();
+    loop {
+        session.step()?;
+        if STOP.load(Ordering::Relaxed) || !session.alive.contains(&pid) || !alive(pid) {
+            break;
+        }
+    }
+    Ok(session.finish())
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop(_: libc::c_int) {
+    STOP.store(true, Ordering::Relaxed);
+}
+
+fn stop_on_signals() -> std::io::Result<()> {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: the handler only stores to an atomic, which is
+        // async-signal-safe; the sigaction struct is fully initialised.
+        let r = unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_stop as extern "C" fn(libc::c_int) as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut())
+        };
+        if r != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Whether `pid` exists and has not exited (a zombie has).
+fn alive(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // The state follows the command name, which may itself hold ')'.
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, r)| r.trim_start().chars().next());
+    !matches!(state, None | Some('Z') | Some('X'))
 }
 
 #[derive(Default)]
 struct FileState {
     path: Option<String>,
-    file: Option<File>,
+    file: Option<Arc<File>>,
+    /// Bytes one WILLNEED reads at most on this file's device.
+    chunk: u64,
     pages: u64,
-    used: BTreeSet<u64>,
-    prefetched: BTreeSet<u64>,
-    app_read: BTreeSet<u64>,
+    /// Pages the application used (requested).
+    used: PageSet,
+    /// Pages seen inserted into the cache, by anyone.
+    inserted: PageSet,
+    /// Pages the prefetcher inserted, not since found evicted.
+    ours: PageSet,
+    /// Pages asked for with WILLNEED.
+    issued: PageSet,
+    /// Pages the application read from storage itself.
+    app_read: PageSet,
+    prefetched: u64,
+    prefetched_used: u64,
+    evicted_unused: u64,
+    refaulted: u64,
     pattern: Option<detect::Pattern>,
 }
 
-/// Runs `argv` with adaptive prefetching; returns its exit and the report.
-pub fn run(argv: &[String], opts: &Options) -> Result<(Exit, Report), Error> {
-    let held = HeldChild::spawn(argv).map_err(|source| Error::Spawn {
-        cmd: argv.join(" "),
-        source,
-    })?;
-    let rec = warmstart_bpf::Recorder::start(warmstart_bpf::Options::default())?;
-    rec.track(held.pid())?;
-    let signals = SignalForwarder::install().map_err(warmstart_record::Error::from)?;
-    let mut running = held.release().map_err(|source| Error::Spawn {
-        cmd: argv.join(" "),
-        source,
-    })?;
-    let mut signals = signals;
+/// One prefetching session: the recorder's events in, WILLNEEDs out.
+struct Session<'a> {
+    rec: &'a Recorder,
+    opts: &'a Options,
+    me: u32,
+    files: HashMap<(u32, u64), FileState>,
+    detectors: HashMap<(u32, u32, u64), Detector>,
+    ctl: Controller,
+    report: Report,
+    ceiling: Option<u64>,
+    buf: Vec<Event>,
+    last: Instant,
+    /// When the controller last saw an interval's feedback.
+    last_feedback: Instant,
+    interval: Interval,
+    /// The traced processes still running.
+    alive: HashSet<u32>,
+    worker: Worker,
+}
 
-    let mut files: HashMap<(u32, u64), FileState> = HashMap::new();
-    let mut detectors: HashMap<(u32, u32, u64), Detector> = HashMap::new();
-    let mut ctl = Controller::default();
-    if let Some(fixed) = opts.static_scale {
-        ctl.scale = fixed;
-        ctl.min = fixed;
-        ctl.max = fixed;
+impl<'a> Session<'a> {
+    fn new(rec: &'a Recorder, opts: &'a Options) -> Result<Self, Error> {
+        // Our own insertions are the prefetcher's: trace them too.
+        let me = std::process::id();
+        rec.track(me)?;
+        Ok(Session {
+            rec,
+            opts,
+            me,
+            files: HashMap::new(),
+            detectors: HashMap::new(),
+            ctl: opts
+                .static_scale
+                .map_or_else(Controller::default, Controller::fixed),
+            report: Report::default(),
+            ceiling: opts.max_throughput,
+            buf: Vec::new(),
+            last: Instant::now(),
+            last_feedback: Instant::now(),
+            interval: Interval::default(),
+            alive: HashSet::new(),
+            worker: Worker::start(),
+        })
     }
-    let mut report = Report::default();
-    let mut ceiling = opts.max_throughput;
-    let mut buf = Vec::new();
-    let mut last = Instant::now();
-    let mut interval = Interval::default();
-    let exit = loop {
-        rec.poll(Duration::from_millis(10), &mut buf)?;
+
+    /// Takes in what the recorder has, and prefetches if an interval ended.
+    fn step(&mut self) -> Result<(), Error> {
+        self.rec.poll(Duration::from_millis(10), &mut self.buf)?;
+        let mut buf = std::mem::take(&mut self.buf);
         for ev in buf.drain(..) {
-            match ev {
-                Event::Open { file, .. } | Event::Exec { file, .. } => {
-                    if let Some(p) = file.path.absolute() {
-                        let st = files.entry((file.dev, file.ino)).or_default();
-                        st.path.get_or_insert(p);
-                        st.pages = file.size.div_ceil(PAGE);
-                    }
+            self.event(ev);
+        }
+        self.buf = buf;
+        let elapsed = self.last.elapsed();
+        if elapsed >= self.opts.interval
+            || (elapsed >= self.opts.interval / 5 && self.unrecognised())
+        {
+            self.last = Instant::now();
+            self.tick(elapsed);
+        }
+        Ok(())
+    }
+
+    /// Whether a file is being read that is not yet a stream: then the
+    /// interval is cut short, so a stream is recognised in a fifth of it.
+    /// A file read in less than the interval would otherwise never be
+    /// prefetched, and a longer one would be read for a whole interval
+    /// unaided.
+    fn unrecognised(&self) -> bool {
+        self.detectors.iter().any(|(&(_, dev, ino), d)| {
+            d.requested() >= FAST_START_PAGES
+                && self
+                    .files
+                    .get(&(dev, ino))
+                    .is_none_or(|st| st.pattern.is_none())
+        })
+    }
+
+    fn event(&mut self, ev: Event) {
+        match ev {
+            Event::Open { file, .. } | Event::Exec { file, .. } => {
+                if let Some(p) = file.path.absolute() {
+                    let st = self.files.entry((file.dev, file.ino)).or_default();
+                    st.path.get_or_insert(p);
+                    st.pages = file.size.div_ceil(PAGE);
                 }
-                Event::Page {
-                    kind,
-                    tgid,
-                    dev,
-                    ino,
-                    index,
-                    count,
-                    ..
-                } => {
-                    let st = files.entry((dev, ino)).or_default();
-                    let linear = st.pattern.is_some();
-                    if kind == PageKind::Added {
-                        st.app_read.extend(index..index + count);
-                        if linear {
-                            interval.linear_missed += count;
-                        }
-                    } else {
-                        // A read() reports the pages it asked for, past the end too.
-                        let end = if st.pages > 0 {
-                            (index + count).min(st.pages)
-                        } else {
-                            index + count
-                        };
-                        st.used.extend(index..end);
-                        if linear {
-                            interval.linear_requested += count;
-                        }
-                        detectors
-                            .entry((tgid, dev, ino))
-                            .or_default()
-                            .request(index, count);
-                    }
-                }
-                _ => {}
             }
+            Event::Fork { child_tgid, .. } => {
+                self.alive.insert(child_tgid);
+            }
+            Event::Exit { tgid, .. } => {
+                self.alive.remove(&tgid);
+            }
+            Event::Page {
+                kind,
+                tgid,
+                dev,
+                ino,
+                index,
+                count,
+                ..
+            } => {
+                let ours = tgid == self.me;
+                let st = self.files.entry((dev, ino)).or_default();
+                let linear = st.pattern.is_some();
+                let iv = &mut self.interval;
+                if kind == PageKind::Added {
+                    for p in index..index + count {
+                        // A second insertion means the page left the cache.
+                        if !st.inserted.insert(p) {
+                            if st.used.contains(p) {
+                                if !ours {
+                                    st.refaulted += 1;
+                                    iv.refaulted += 1;
+                                }
+                            } else if st.ours.contains(p) {
+                                st.evicted_unused += 1;
+                                iv.evicted_unused += 1;
+                            }
+                        }
+                        if ours {
+                            st.ours.insert(p);
+                            st.prefetched += 1;
+                            iv.prefetched += 1;
+                        } else {
+                            st.ours.remove(p);
+                            st.app_read.insert(p);
+                            iv.linear_missed += linear as u64;
+                        }
+                    }
+                } else if !ours {
+                    // A read() reports the pages it asked for, past the end too.
+                    let end = if st.pages > 0 {
+                        (index + count).min(st.pages)
+                    } else {
+                        index + count
+                    };
+                    for p in index..end {
+                        if st.used.insert(p) {
+                            st.prefetched_used += st.ours.contains(p) as u64;
+                            iv.linear_requested += linear as u64;
+                        }
+                    }
+                    self.detectors
+                        .entry((tgid, dev, ino))
+                        .or_default()
+                        .request(index, count);
+                }
+            }
+            _ => {}
         }
-        signals.forward(&running);
-        if let Some(e) = running.try_wait().map_err(warmstart_record::Error::from)? {
-            break e;
+    }
+
+    /// The end of a polling interval: feedback, then the next prefetches.
+    fn tick(&mut self, elapsed: Duration) {
+        let opts = self.opts;
+        if self.last_feedback.elapsed() >= opts.interval {
+            self.last_feedback = Instant::now();
+            self.report.intervals += 1;
+            self.ctl.update(std::mem::take(&mut self.interval));
         }
-        let elapsed = last.elapsed();
-        if elapsed < opts.interval {
-            continue;
-        }
-        last = Instant::now();
-        report.intervals += 1;
-        ctl.update(interval);
-        interval = Interval::default();
         if mem_available() < opts.memory_floor {
-            report.backed_off += 1;
-            continue;
+            self.report.backed_off += 1;
+            return;
         }
         // Streams of this interval, and the application's random traffic.
         let mut streams = Vec::new();
         let mut random_pages = 0u64;
-        for (&(_, dev, ino), d) in detectors.iter_mut() {
+        for (&(_, dev, ino), d) in self.detectors.iter_mut() {
             let requested = d.requested();
             match d.end_interval(opts.threshold) {
                 Some(s) => {
@@ -213,69 +425,190 @@ pub fn run(argv: &[String], opts: &Options) -> Result<(Exit, Report), Error> {
                 None => random_pages += requested,
             }
         }
-        for st in files.values_mut() {
+        for st in self.files.values_mut() {
             st.pattern = None;
+        }
+        if streams
+            .iter()
+            .any(|(k, _)| self.files.get(k).is_none_or(|st| st.path.is_none()))
+        {
+            self.resolve_paths();
         }
         let secs = elapsed.as_secs_f64();
         for ((dev, ino), s) in streams {
-            let st = files.entry((dev, ino)).or_default();
+            let st = self.files.entry((dev, ino)).or_default();
             st.pattern = Some(s.pattern);
             let Some(path) = st.path.clone() else {
                 continue;
             };
             if st.file.is_none() {
-                st.file = open(&path);
+                st.file = open(&path).map(Arc::new);
+                st.chunk =
+                    warmstart_replay::read_ahead_bytes(Path::new("/sys"), kdev_to_user(dev as u64))
+                        .map_or(DEFAULT_CHUNK, |b| (b / PAGE).max(1) * PAGE);
+                if st.pages == 0 {
+                    if let Some(f) = &st.file {
+                        st.pages = f.metadata().map_or(0, |m| m.len().div_ceil(PAGE));
+                    }
+                }
             }
-            let Some(f) = &st.file else { continue };
-            let max = *ceiling.get_or_insert_with(|| measure_throughput(Path::new(&path)));
+            let Some(f) = st.file.clone() else { continue };
+            let max = *self
+                .ceiling
+                .get_or_insert_with(|| measure_throughput(Path::new(&path)));
             // The application's linear rate, scaled, for the next interval,
             // under the ceiling minus its own random reads (prefetchd §IV-C).
             let rate = s.pages as f64 * s.linear_share / secs;
             let budget = (max as f64 / PAGE as f64 - random_pages as f64 / secs).max(0.0);
-            let pages = (ctl.scale * rate).min(budget) * opts.interval.as_secs_f64();
+            let pages = (self.ctl.scale * rate).min(budget) * opts.interval.as_secs_f64();
             for (first, n) in detect::window(&s, pages.ceil() as u64, st.pages) {
-                // SAFETY: fadvise on a descriptor we own; no memory is passed.
-                unsafe {
-                    libc::posix_fadvise(
-                        f.as_raw_fd(),
-                        (first * PAGE) as i64,
-                        (n * PAGE) as i64,
-                        libc::POSIX_FADV_WILLNEED,
-                    )
-                };
-                let before = st.prefetched.len() as u64;
-                st.prefetched
-                    .extend((first..first + n).filter(|p| !st.used.contains(p)));
-                interval.prefetched += st.prefetched.len() as u64 - before;
+                // Continue where the last prefetch stopped (prefetchd's
+                // "last known stop block"): skip what was asked for already.
+                for (first, n) in st.issued.missing(first, n) {
+                    for p in first..first + n {
+                        st.issued.insert(p);
+                    }
+                    self.worker.send(Job {
+                        file: f.clone(),
+                        first,
+                        count: n,
+                        chunk: st.chunk / PAGE,
+                    });
+                }
             }
         }
-    };
-    report.drops = rec.drops();
-    report.final_scale = ctl.scale;
-    report.max_throughput = ceiling.unwrap_or(0);
-    for st in files.into_values() {
-        if st.used.is_empty() || st.path.is_none() {
-            continue;
-        }
-        let fr = FileReport {
-            path: st.path.unwrap_or_default(),
-            pattern: st.pattern.map(|p| format!("{p:?}")),
-            used: st.used.len() as u64,
-            prefetched: st.prefetched.len() as u64,
-            prefetched_used: st.prefetched.intersection(&st.used).count() as u64,
-            app_read: st.app_read.len() as u64,
-        };
-        report.used += fr.used;
-        report.prefetched += fr.prefetched;
-        report.prefetched_used += fr.prefetched_used;
-        report.app_read += fr.app_read;
-        report.files.push(fr);
     }
-    report.files.sort_by_key(|f| std::cmp::Reverse(f.used));
-    let used = report.used.max(1) as f64;
-    report.accuracy = report.prefetched_used as f64 / used;
-    report.cost = report.prefetched as f64 / used;
-    Ok((exit, report))
+
+    /// Names files the application opened before we saw it (attached to a
+    /// running process) from the tree's /proc fd and maps entries.
+    fn resolve_paths(&mut self) {
+        let mut seen = HashSet::new();
+        for &pid in &self.alive {
+            procscan::files_of(Path::new("/proc"), pid, &mut seen);
+        }
+        let by_id: HashMap<(u64, u64), String> =
+            seen.into_iter().map(|s| ((s.dev, s.ino), s.path)).collect();
+        for (&(dev, ino), st) in self.files.iter_mut() {
+            if st.path.is_none() {
+                st.path = by_id.get(&(kdev_to_user(dev as u64), ino)).cloned();
+            }
+        }
+        // Files not yet seen in events: keep their names for later.
+        for ((udev, ino), path) in by_id {
+            let key = (user_to_kdev(udev), ino);
+            self.files.entry(key).or_default().path.get_or_insert(path);
+        }
+    }
+
+    fn finish(mut self) -> Report {
+        self.worker.stop();
+        let mut report = std::mem::take(&mut self.report);
+        report.drops = self.rec.drops();
+        report.final_scale = self.ctl.scale;
+        report.thrashing = self.ctl.thrashed;
+        report.max_throughput = self.ceiling.unwrap_or(0);
+        for st in std::mem::take(&mut self.files).into_values() {
+            if st.used.len() == 0 || st.path.is_none() {
+                continue;
+            }
+            let fr = FileReport {
+                path: st.path.unwrap_or_default(),
+                pattern: st.pattern.map(|p| format!("{p:?}")),
+                used: st.used.len(),
+                prefetched: st.prefetched,
+                prefetched_used: st.prefetched_used,
+                app_read: st.app_read.len(),
+                evicted_unused: st.evicted_unused,
+                refaulted: st.refaulted,
+            };
+            report.used += fr.used;
+            report.prefetched += fr.prefetched;
+            report.prefetched_used += fr.prefetched_used;
+            report.app_read += fr.app_read;
+            report.evicted_unused += fr.evicted_unused;
+            report.refaulted += fr.refaulted;
+            report.files.push(fr);
+        }
+        report.files.sort_by_key(|f| std::cmp::Reverse(f.used));
+        let used = report.used.max(1) as f64;
+        report.accuracy = report.prefetched_used as f64 / used;
+        report.cost = report.prefetched as f64 / used;
+        report
+    }
+}
+
+/// The kernel's dev_t encoding (major << 20 | minor) of a user-space one.
+fn user_to_kdev(dev: u64) -> u32 {
+    ((libc::major(dev) << 20) | libc::minor(dev)) as u32
+}
+
+/// One WILLNEED request, cut into `chunk`-page pieces when issued.
+struct Job {
+    file: Arc<File>,
+    first: u64,
+    count: u64,
+    chunk: u64,
+}
+
+/// The thread that issues prefetches, so a full block-layer queue never
+/// stalls the event loop.
+struct Worker {
+    tx: Option<mpsc::Sender<Job>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Worker {
+    fn start() -> Self {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let stop = Arc::new(AtomicBool::new(false));
+        let halt = stop.clone();
+        let thread = std::thread::spawn(move || {
+            for job in rx {
+                let mut at = job.first;
+                let end = job.first + job.count;
+                while at < end && !halt.load(Ordering::Relaxed) {
+                    let n = job.chunk.max(1).min(end - at);
+                    // SAFETY: fadvise on a descriptor we own; no memory is passed.
+                    unsafe {
+                        libc::posix_fadvise(
+                            job.file.as_raw_fd(),
+                            (at * PAGE) as i64,
+                            (n * PAGE) as i64,
+                            libc::POSIX_FADV_WILLNEED,
+                        )
+                    };
+                    at += n;
+                }
+            }
+        });
+        Worker {
+            tx: Some(tx),
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn send(&self, job: Job) {
+        if let Some(tx) = &self.tx {
+            let _ = tx.send(job);
+        }
+    }
+
+    /// Drops what is queued and waits for the request in flight.
+    fn stop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.tx.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.stop();
+    }
 }
 
 fn open(path: &str) -> Option<File> {
@@ -333,4 +666,23 @@ pub fn measure_throughput(sample: &Path) -> u64 {
         return FALLBACK;
     }
     (read as f64 / secs) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_and_user_device_numbers_round_trip() {
+        for (major, minor) in [(8u32, 1u32), (254, 0), (7, 3), (259, 65_537)] {
+            let user = libc::makedev(major, minor);
+            assert_eq!(kdev_to_user(user_to_kdev(user) as u64), user);
+        }
+    }
+
+    #[test]
+    fn this_process_is_alive_and_a_free_pid_is_not() {
+        assert!(alive(std::process::id()));
+        assert!(!alive(u32::MAX - 1));
+    }
 }

@@ -190,6 +190,7 @@ pub enum StrategyArg {
 }
 
 #[derive(Debug, clap::Args)]
+#[command(group = clap::ArgGroup::new("target").required(true).args(["pid", "command"]))]
 pub struct StreamArgs {
     /// Polling interval in seconds (prefetchd's default 0.5).
     #[arg(long, default_value_t = 0.5, value_name = "S")]
@@ -207,7 +208,12 @@ pub struct StreamArgs {
     /// Print the report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
-    #[arg(last = true, required = true, value_name = "CMD")]
+    /// Attach to this running process and its children instead of starting
+    /// a command; stops when it exits or on Ctrl-C, then reports.
+    #[arg(long, value_name = "PID")]
+    pub pid: Option<u32>,
+    /// The command to run (or use --pid).
+    #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
 }
 
