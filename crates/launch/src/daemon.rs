@@ -12,12 +12,12 @@
 //! A crash of the daemon cannot affect the programs it watches: it never
 //! stops, holds or signals them; it only reads their files.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -144,7 +144,7 @@ impl DaemonConfig {
     /// Whether a launch whose key path is `path` may be traced.
     pub fn allows(&self, path: &str) -> bool {
         let m = |g: &String| glob::Pattern::new(g).is_ok_and(|p| p.matches(path));
-        if self.deny.iter().any(m) {
+        if self.denied_by(path).is_some() {
             return false;
         }
         match self.learn {
@@ -152,23 +152,35 @@ impl DaemonConfig {
             LearnMode::AllowList => self.allow.iter().any(m),
         }
     }
+
+    /// The first deny pattern matching `path`.
+    pub fn denied_by(&self, path: &str) -> Option<&str> {
+        self.deny
+            .iter()
+            .find(|g| glob::Pattern::new(g).is_ok_and(|p| p.matches(path)))
+            .map(String::as_str)
+    }
 }
 
 /// The path that names a launch for policy: the script or main class for
 /// interpreters (`python3 app.py` is `app.py`, not python3), else the binary.
-pub fn policy_path(exe: &str, argv: &[String]) -> String {
+/// A relative script is taken in `cwd`, the launching process's directory.
+pub fn policy_path(exe: &str, argv: &[String], cwd: &Path) -> String {
     let base = Path::new(exe)
         .file_name()
         .map(|b| b.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let interpreter = ["python", "perl", "ruby", "node", "bash", "sh", "java"]
-        .iter()
-        .any(|i| {
-            base == *i || base.starts_with(&format!("{i}3")) || base.starts_with(&format!("{i}."))
-        });
+    // /bin/sh is dash on Debian: the executable the kernel reports is dash.
+    let interpreter = [
+        "python", "perl", "ruby", "node", "bash", "dash", "zsh", "sh", "java",
+    ]
+    .iter()
+    .any(|i| {
+        base == *i || base.starts_with(&format!("{i}3")) || base.starts_with(&format!("{i}."))
+    });
     if interpreter {
         if let Some(script) = argv.iter().skip(1).find(|a| !a.starts_with('-')) {
-            if let Ok(p) = std::fs::canonicalize(script) {
+            if let Ok(p) = std::fs::canonicalize(cwd.join(script)) {
                 return p.display().to_string();
             }
             if base == "java" {
@@ -181,9 +193,12 @@ pub fn policy_path(exe: &str, argv: &[String]) -> String {
 
 /// What `warmstart status` shows about the daemon.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct DaemonStatus {
     pub pid: u32,
     pub uptime_s: f64,
+    /// Where the daemon keeps its profiles.
+    pub state_dir: PathBuf,
     pub execs_seen: u64,
     pub launches_learned: u64,
     pub launches_prefetched: u64,
@@ -191,8 +206,137 @@ pub struct DaemonStatus {
     pub active_sessions: usize,
     /// Exec to the replay's start, microseconds: p50, p90, max.
     pub exec_to_replay_us: [f64; 3],
+    /// Exec to the replay's first prefetch request, microseconds: p50,
+    /// p90, max (the issue's "exec to first prefetch" latency).
+    pub exec_to_first_request_us: [f64; 3],
     pub events: u64,
     pub drops: u64,
+    /// Programs added with `warmstart learn` (policy keys).
+    pub learn_list: Vec<String>,
+    /// Launches being recorded or prefetched right now.
+    pub sessions: Vec<SessionStatus>,
+}
+
+/// One launch the daemon is following.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SessionStatus {
+    /// The launch's first process.
+    pub pid: u32,
+    pub profile: String,
+    /// `learning` or `prefetching`.
+    pub mode: String,
+    /// Prefetch requests issued so far.
+    pub requests: u64,
+    /// The replay has issued its whole schedule (or there is none).
+    pub replay_issued: bool,
+    pub age_s: f64,
+}
+
+/// A request on the control socket: one JSON object, then end of input.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "request", rename_all = "kebab-case")]
+pub enum Request {
+    Status,
+    /// Learn a program: put it on the learn list and send its profiles
+    /// back to learning. `exe` is the resolved executable, `argv` the
+    /// command as the user gives it, `cwd` where relative scripts are.
+    Learn {
+        exe: String,
+        argv: Vec<String>,
+        cwd: PathBuf,
+    },
+    /// Take a program off the learn list.
+    Unlearn {
+        exe: String,
+        argv: Vec<String>,
+        cwd: PathBuf,
+    },
+    /// Forget profiles (all of them with `all`).
+    Forget {
+        names: Vec<String>,
+        all: bool,
+    },
+}
+
+/// The daemon's answer to a [`Request`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "reply", rename_all = "kebab-case")]
+pub enum Reply {
+    Status(DaemonStatus),
+    Learned {
+        /// The policy key: the executable, or the script for interpreters.
+        key: String,
+        /// Profiles sent back to learning.
+        reset: Vec<String>,
+        /// Launches recorded before the next plan.
+        nrawseq: u32,
+    },
+    Unlearned {
+        key: String,
+        /// It was on the list.
+        was_listed: bool,
+        /// The configured policy still learns it.
+        policy_allows: bool,
+    },
+    Forgot {
+        forgotten: Vec<String>,
+        missing: Vec<String>,
+    },
+    Error {
+        message: String,
+    },
+}
+
+/// Why a control request did not get an answer.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    #[error("no warmstart daemon is listening on {0}")]
+    NotRunning(PathBuf),
+    #[error("permission denied on {0}: the control socket is root-only")]
+    PermissionDenied(PathBuf),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}: the daemon's answer is not understood ({1}); is it an older warmstart?")]
+    Protocol(PathBuf, String),
+}
+
+/// Sends one request to a running daemon and returns its reply.
+pub fn request(socket: &Path, req: &Request) -> Result<Reply, ControlError> {
+    use std::io::{ErrorKind, Read};
+    let io = |source: std::io::Error| match source.kind() {
+        ErrorKind::NotFound | ErrorKind::ConnectionRefused => {
+            ControlError::NotRunning(socket.to_path_buf())
+        }
+        ErrorKind::PermissionDenied => ControlError::PermissionDenied(socket.to_path_buf()),
+        _ => ControlError::Io {
+            path: socket.to_path_buf(),
+            source,
+        },
+    };
+    let mut conn = std::os::unix::net::UnixStream::connect(socket).map_err(io)?;
+    // Forget and learn wait for a launch being written to its profile.
+    conn.set_read_timeout(Some(Duration::from_secs(30)))
+        .map_err(io)?;
+    conn.write_all(&serde_json::to_vec(req).expect("serializes"))
+        .map_err(io)?;
+    conn.shutdown(std::net::Shutdown::Write).map_err(io)?;
+    let mut buf = Vec::new();
+    conn.read_to_end(&mut buf).map_err(io)?;
+    serde_json::from_slice(&buf)
+        .map_err(|e| ControlError::Protocol(socket.to_path_buf(), e.to_string()))
+}
+
+/// Asks a running daemon for its status.
+pub fn query(socket: &Path) -> Option<DaemonStatus> {
+    match request(socket, &Request::Status) {
+        Ok(Reply::Status(s)) => Some(s),
+        _ => None,
+    }
 }
 
 enum Mode {
@@ -201,6 +345,10 @@ enum Mode {
         plan: Box<Plan>,
         replay: Option<std::thread::JoinHandle<Option<Report>>>,
         cancel: Arc<AtomicBool>,
+        /// Requests issued so far, and when the first one was (monotonic
+        /// ns; 0 until then).
+        requests: Arc<AtomicU64>,
+        first_request_ns: Arc<AtomicU64>,
     },
 }
 
@@ -210,8 +358,20 @@ struct Session {
     agg: Aggregator,
     members: HashSet<u32>,
     mode: Mode,
+    exec_ts_ns: u64,
     started: Instant,
     last_io: Instant,
+}
+
+/// What the control thread and the event loop share.
+struct Shared {
+    status: Mutex<DaemonStatus>,
+    /// Policy keys added with `warmstart learn`; kept in `learn.json`.
+    learn: Mutex<BTreeSet<String>>,
+    /// Held while a profile is written. Maps the profiles forgotten or
+    /// reset to when: a launch that began before is not written back, so
+    /// a forgotten profile does not come back from a launch in progress.
+    profiles: Mutex<HashMap<String, Instant>>,
 }
 
 /// Runs until `stop` is set (SIGTERM/SIGINT in the binary).
@@ -229,19 +389,40 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
     cfg.replay.queue_depth = 2 * cfg.replay.workers;
     cfg.replay.io_priority = dcfg.io_priority.as_ref().and_then(|p| p.parse().ok());
 
+    // Two daemons would trace everything twice and fight over profiles.
+    if let Some(other) = query(&dcfg.socket) {
+        return Err(Error::io(
+            &dcfg.socket,
+            std::io::Error::new(
+                std::io::ErrorKind::AddrInUse,
+                format!("another warmstart daemon (pid {}) is running", other.pid),
+            ),
+        ));
+    }
     let rec = warmstart_bpf::Recorder::start(warmstart_bpf::Options {
         watch_exec: true,
         ..Default::default()
     })
     .map_err(warmstart_record::Error::from)?;
     let me = std::process::id();
-    let _ = std::fs::remove_file(&dcfg.socket);
-    let listener = std::os::unix::net::UnixListener::bind(&dcfg.socket)
-        .map_err(|e| Error::io(&dcfg.socket, e))?;
-    let _ = std::fs::set_permissions(&dcfg.socket, std::fs::Permissions::from_mode(0o600));
-    listener
-        .set_nonblocking(true)
-        .map_err(|e| Error::io(&dcfg.socket, e))?;
+    let listener = bind_root_only(&dcfg.socket)?;
+    let shared = Arc::new(Shared {
+        status: Mutex::new(DaemonStatus::default()),
+        learn: Mutex::new(load_learn_list(&store, log)),
+        profiles: Mutex::new(HashMap::new()),
+    });
+    let control = {
+        let (shared, store, d, cfg) = (
+            Arc::clone(&shared),
+            store.clone(),
+            dcfg.clone(),
+            cfg.clone(),
+        );
+        std::thread::Builder::new()
+            .name("ws-control".into())
+            .spawn(move || serve(listener, &shared, &store, &d, &cfg))
+            .map_err(|e| Error::io(&dcfg.socket, e))?
+    };
     let _ = writeln!(
         log,
         "warmstart daemon: watching execs; state in {}, control socket {}",
@@ -252,13 +433,14 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
     let started = Instant::now();
     let mut status = DaemonStatus {
         pid: me,
+        state_dir: store.root().to_path_buf(),
         ..Default::default()
     };
     let mut latencies: Vec<f64> = Vec::new();
+    let mut first_requests: Vec<f64> = Vec::new();
     let mut sessions: HashMap<u32, Session> = HashMap::new();
     let mut owner: HashMap<u32, u32> = HashMap::new();
     let mut buf = Vec::new();
-    let finishing = Arc::new(std::sync::Mutex::new(()));
     let idle = Duration::from_secs_f64(dcfg.idle_s);
     let timeout = Duration::from_secs_f64(dcfg.timeout_s);
 
@@ -269,9 +451,21 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
         // Launches first: a replay must not wait behind a batch of page
         // events. An exec is a new launch unless its process was forked
         // inside a traced tree (in earlier batches or in this one).
+        //
+        // A launch is named by the last program its first process execs:
+        // `sh script` that execs a program, `env python3 tool.py`, a
+        // launcher script ending in `exec app`. Naming it by the first
+        // exec would depend on whether /proc still showed that program
+        // when the daemon looked, and the profile would never settle.
+        let last_exec: HashMap<u32, usize> = buf
+            .iter()
+            .enumerate()
+            .filter(|(_, ev)| matches!(ev, Event::Exec { .. }))
+            .map(|(i, ev)| (ev.tgid(), i))
+            .collect();
         let mut forked_here: HashSet<u32> = HashSet::new();
         let mut handled: HashSet<u32> = HashSet::new();
-        for ev in &buf {
+        for (i, ev) in buf.iter().enumerate() {
             match ev {
                 Event::Fork {
                     parent_tgid,
@@ -280,22 +474,50 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
                 } if owner.contains_key(parent_tgid) || forked_here.contains(parent_tgid) => {
                     forked_here.insert(*child_tgid);
                 }
-                Event::Exec { tgid, ts_ns, file }
-                    if !owner.contains_key(tgid) && !forked_here.contains(tgid) =>
-                {
+                Event::Exec { tgid, ts_ns, file } if last_exec.get(tgid) == Some(&i) => {
+                    let in_tree = owner.contains_key(tgid) || forked_here.contains(tgid);
+                    if in_tree && !sessions.contains_key(tgid) {
+                        continue; // a program started inside a launch
+                    }
+                    let exe = file.path.absolute().unwrap_or_default();
+                    if !in_tree && execed_again(*tgid, file) {
+                        // Its next exec is already on the way: that one names it.
+                        continue;
+                    }
                     handled.insert(*tgid);
                     status.execs_seen += 1;
-                    let exe = file.path.absolute().unwrap_or_default();
-                    match start_session(*tgid, &exe, *ts_ns, dcfg, &cfg, &store, me, &sessions, log)
-                    {
-                        Some((s, lat)) => {
-                            if let Some(l) = lat {
-                                latencies.push(l);
+                    let decided = {
+                        let learn = shared.learn.lock().unwrap_or_else(|e| e.into_inner());
+                        decide(
+                            *tgid, &exe, *ts_ns, dcfg, &learn, &cfg, &store, me, &sessions, log,
+                        )
+                    };
+                    if let Some((_, Some(l))) = &decided {
+                        latencies.push(*l);
+                    }
+                    match (sessions.get_mut(tgid), decided) {
+                        // The launch's first process exec'd again: it is
+                        // now this program's launch (same process tree).
+                        (Some(s), Some(((name, argv, mode), _))) => {
+                            if s.name != name {
+                                stop_replay(&s.mode);
+                                (s.name, s.argv, s.mode, s.exec_ts_ns) = (name, argv, mode, *ts_ns);
                             }
-                            owner.insert(*tgid, *tgid);
-                            sessions.insert(*tgid, s);
                         }
-                        None => {
+                        (Some(_), None) => {
+                            let s = sessions.remove(tgid).expect("matched above");
+                            stop_replay(&s.mode);
+                            status.ignored += 1;
+                            for m in &s.members {
+                                owner.remove(m);
+                                rec.untrack(*m);
+                            }
+                        }
+                        (None, Some(((name, argv, mode), _))) => {
+                            owner.insert(*tgid, *tgid);
+                            sessions.insert(*tgid, new_session(*tgid, name, argv, mode, *ts_ns));
+                        }
+                        (None, None) => {
                             status.ignored += 1;
                             rec.untrack(*tgid);
                         }
@@ -340,25 +562,35 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
                 owner.remove(m);
                 rec.untrack(*m);
             }
-            if matches!(s.mode, Mode::Prefetching { .. }) {
+            if let Mode::Prefetching {
+                first_request_ns, ..
+            } = &s.mode
+            {
                 status.launches_prefetched += 1;
+                let first = first_request_ns.load(Ordering::Relaxed);
+                if first > 0 {
+                    first_requests.push(first.saturating_sub(s.exec_ts_ns) as f64 / 1e3);
+                }
             } else {
                 status.launches_learned += 1;
             }
             // Naming files, compiling and writing happen off the loop, so
             // the next exec is not kept waiting; one at a time, so two
             // launches of one program never race on its profile.
-            let (store, cfg, drops, lock) = (
-                store.clone(),
-                cfg.clone(),
-                rec.drops(),
-                Arc::clone(&finishing),
-            );
+            let (store, cfg, drops, shared) =
+                (store.clone(), cfg.clone(), rec.drops(), Arc::clone(&shared));
             let max = dcfg.store_max_mib << 20;
             std::thread::spawn(move || {
-                let _one = lock.lock();
+                let forgotten = shared.profiles.lock().unwrap_or_else(|e| e.into_inner());
                 let mut err = std::io::stderr();
-                if let Err(e) = finish_session(s, &store, &cfg, drops, &mut err) {
+                if forgotten.get(&s.name).is_some_and(|t| *t > s.started) {
+                    stop_replay(&s.mode);
+                    let _ = writeln!(
+                        err,
+                        "warmstart daemon: {}: launch not kept (forgotten or reset while it ran)",
+                        s.name
+                    );
+                } else if let Err(e) = finish_session(s, &store, &cfg, drops, &mut err) {
                     let _ = writeln!(err, "warmstart daemon: {e}");
                 }
                 evict_lru(&store, max);
@@ -368,29 +600,317 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
         status.active_sessions = sessions.len();
         status.drops = rec.drops();
         status.exec_to_replay_us = percentiles(&latencies);
-        serve(&listener, &status);
+        status.exec_to_first_request_us = percentiles(&first_requests);
+        status.learn_list = shared
+            .learn
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .cloned()
+            .collect();
+        status.sessions = sessions
+            .iter()
+            .map(|(pid, s)| session_status(*pid, s))
+            .collect();
+        *shared.status.lock().unwrap_or_else(|e| e.into_inner()) = status.clone();
     }
+    // Wake the control thread from accept() so it sees the stop.
+    shared.status.lock().unwrap_or_else(|e| e.into_inner()).pid = 0;
+    let _ = std::os::unix::net::UnixStream::connect(&dcfg.socket);
+    let _ = control.join();
     let _ = std::fs::remove_file(&dcfg.socket);
     Ok(())
 }
 
+/// Whether `tgid` runs another program than the exec event reports: it
+/// has exec'd again since (its next exec event follows).
+fn execed_again(tgid: u32, file: &warmstart_bpf::FileInfo) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match std::fs::metadata(format!("/proc/{tgid}/exe")) {
+        Ok(m) => {
+            m.ino() != file.ino
+                || m.dev() != warmstart_record::resolve::kdev_to_user(file.dev as u64)
+        }
+        Err(_) => false,
+    }
+}
+
+fn session_status(pid: u32, s: &Session) -> SessionStatus {
+    let (mode, requests, replay_issued) = match &s.mode {
+        Mode::Learning => ("learning", 0, true),
+        Mode::Prefetching {
+            replay, requests, ..
+        } => (
+            "prefetching",
+            requests.load(Ordering::Relaxed),
+            replay.as_ref().is_none_or(|h| h.is_finished()),
+        ),
+    };
+    SessionStatus {
+        pid,
+        profile: s.name.clone(),
+        mode: mode.into(),
+        requests,
+        replay_issued,
+        age_s: s.started.elapsed().as_secs_f64(),
+    }
+}
+
+fn stop_replay(mode: &Mode) {
+    if let Mode::Prefetching { cancel, .. } = mode {
+        cancel.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Binds the control socket so that only root can connect: created under
+/// a umask that leaves no access to others (no window with looser
+/// permissions), and checked again on each connection.
+fn bind_root_only(socket: &Path) -> Result<std::os::unix::net::UnixListener, Error> {
+    let _ = std::fs::remove_file(socket);
+    // SAFETY: umask has no preconditions; the old mask is put back below.
+    let old = unsafe { libc::umask(0o177) };
+    let bound = std::os::unix::net::UnixListener::bind(socket);
+    // SAFETY: as above.
+    unsafe { libc::umask(old) };
+    let listener = bound.map_err(|e| Error::io(socket, e))?;
+    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| Error::io(socket, e))?;
+    Ok(listener)
+}
+
+fn peer_uid(conn: &std::os::unix::net::UnixStream) -> Option<u32> {
+    use std::os::fd::AsRawFd;
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: u32::MAX,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: SO_PEERCRED writes a ucred of at most `len` bytes into `cred`.
+    let r = unsafe {
+        libc::getsockopt(
+            conn.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    (r == 0).then_some(cred.uid)
+}
+
+/// The control thread: one request per connection, answered in turn.
+/// Requests never touch the event loop's state directly, so a slow client
+/// cannot delay a launch's replay.
+fn serve(
+    listener: std::os::unix::net::UnixListener,
+    shared: &Shared,
+    store: &Store,
+    dcfg: &DaemonConfig,
+    cfg: &Config,
+) {
+    use std::io::Read;
+    for conn in listener.incoming() {
+        if shared.status.lock().unwrap_or_else(|e| e.into_inner()).pid == 0 {
+            return; // stopping
+        }
+        let Ok(mut conn) = conn else { continue };
+        let _ = conn.set_read_timeout(Some(Duration::from_secs(1)));
+        let _ = conn.set_write_timeout(Some(Duration::from_secs(1)));
+        let reply = if peer_uid(&conn) != Some(0) {
+            Reply::Error {
+                message: "the control socket is root-only".into(),
+            }
+        } else {
+            let mut buf = Vec::new();
+            let _ = (&mut conn).take(1 << 20).read_to_end(&mut buf);
+            match serde_json::from_slice::<Request>(&buf) {
+                Ok(req) => handle(req, shared, store, dcfg, cfg),
+                Err(e) => Reply::Error {
+                    message: format!("bad request: {e}"),
+                },
+            }
+        };
+        let _ = conn.write_all(&serde_json::to_vec(&reply).expect("serializes"));
+    }
+}
+
+fn handle(
+    req: Request,
+    shared: &Shared,
+    store: &Store,
+    dcfg: &DaemonConfig,
+    cfg: &Config,
+) -> Reply {
+    match req {
+        Request::Status => Reply::Status(
+            shared
+                .status
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+        ),
+        Request::Learn { exe, argv, cwd } => {
+            if argv.is_empty() {
+                return Reply::Error {
+                    message: "no program given".into(),
+                };
+            }
+            let key = policy_path(&exe, &argv, &cwd);
+            if let Some(glob) = dcfg.denied_by(&key) {
+                return Reply::Error {
+                    message: format!(
+                        "{key} matches the deny pattern {glob:?} of the daemon's policy, which \
+                         `warmstart learn` does not override: remove it from `deny` in the \
+                         config file and restart the daemon"
+                    ),
+                };
+            }
+            let mut list = shared.learn.lock().unwrap_or_else(|e| e.into_inner());
+            list.insert(key.clone());
+            if let Err(e) = save_learn_list(store, &list) {
+                return Reply::Error {
+                    message: e.to_string(),
+                };
+            }
+            drop(list);
+            // The profiles of this program, by the command they were
+            // learned from, and the one this exact command line gets.
+            let exact = profile_name(&argv);
+            let mut reset = Vec::new();
+            let mut profiles = shared.profiles.lock().unwrap_or_else(|e| e.into_inner());
+            for mut p in store.list().into_iter().flatten() {
+                let mine = p.name == exact
+                    || p.command.first().is_some_and(|c| {
+                        policy_path(&crate::manager::resolve_exe(c), &p.command, Path::new("/"))
+                            == key
+                    });
+                if !mine {
+                    continue;
+                }
+                let mut report = LaunchReport::new(&p.name, p.phase);
+                relearn(
+                    &mut p,
+                    store,
+                    "asked for with `warmstart learn`".into(),
+                    &mut report,
+                );
+                p.audit_next = false;
+                if store.save(&mut p).is_ok() {
+                    profiles.insert(p.name.clone(), Instant::now());
+                    reset.push(p.name);
+                }
+            }
+            Reply::Learned {
+                key,
+                reset,
+                nrawseq: cfg.nrawseq,
+            }
+        }
+        Request::Unlearn { exe, argv, cwd } => {
+            if argv.is_empty() {
+                return Reply::Error {
+                    message: "no program given".into(),
+                };
+            }
+            let key = policy_path(&exe, &argv, &cwd);
+            let mut list = shared.learn.lock().unwrap_or_else(|e| e.into_inner());
+            let was_listed = list.remove(&key);
+            if let Err(e) = save_learn_list(store, &list) {
+                return Reply::Error {
+                    message: e.to_string(),
+                };
+            }
+            Reply::Unlearned {
+                policy_allows: dcfg.allows(&key),
+                key,
+                was_listed,
+            }
+        }
+        Request::Forget { names, all } => {
+            let mut profiles = shared.profiles.lock().unwrap_or_else(|e| e.into_inner());
+            let names = if all {
+                store.list().into_iter().flatten().map(|p| p.name).collect()
+            } else {
+                names
+            };
+            let (mut forgotten, mut missing) = (Vec::new(), Vec::new());
+            for n in names {
+                if !crate::store::valid_name(&n) {
+                    missing.push(n);
+                    continue;
+                }
+                profiles.insert(n.clone(), Instant::now());
+                match store.forget(&n) {
+                    Ok(true) => forgotten.push(n),
+                    Ok(false) => missing.push(n),
+                    Err(e) => {
+                        return Reply::Error {
+                            message: e.to_string(),
+                        }
+                    }
+                }
+            }
+            Reply::Forgot { forgotten, missing }
+        }
+    }
+}
+
+fn learn_list_path(store: &Store) -> PathBuf {
+    store.root().join("learn.json")
+}
+
+fn load_learn_list(store: &Store, log: &mut dyn Write) -> BTreeSet<String> {
+    let p = learn_list_path(store);
+    match std::fs::read(&p) {
+        Ok(b) => serde_json::from_slice(&b).unwrap_or_else(|e| {
+            let _ = writeln!(
+                log,
+                "warmstart daemon: {}: {e}; starting with an empty learn list",
+                p.display()
+            );
+            BTreeSet::new()
+        }),
+        Err(_) => BTreeSet::new(),
+    }
+}
+
+fn save_learn_list(store: &Store, list: &BTreeSet<String>) -> Result<(), Error> {
+    let json = serde_json::to_vec_pretty(list).expect("serializes");
+    store::write_atomic(&learn_list_path(store), &json)
+}
+
+/// A launch's profile name, command and mode.
+type Decision = (String, Vec<String>, Mode);
+
+/// Decides what a launch is: its profile name, command and mode, and the
+/// exec-to-replay latency if a replay was started. `None`: leave it alone.
 #[allow(clippy::too_many_arguments)]
-fn start_session(
+fn decide(
     tgid: u32,
     exe: &str,
     exec_ts_ns: u64,
     dcfg: &DaemonConfig,
+    learn: &BTreeSet<String>,
     cfg: &Config,
     store: &Store,
     me: u32,
     sessions: &HashMap<u32, Session>,
     log: &mut dyn Write,
-) -> Option<(Session, Option<f64>)> {
+) -> Option<(Decision, Option<f64>)> {
     if tgid == me || exe.is_empty() {
         return None;
     }
-    let argv = read_cmdline(tgid)?;
-    if !dcfg.allows(&policy_path(exe, &argv)) || (dcfg.skip_services && is_service(tgid)) {
+    let mut argv = read_cmdline(tgid)?;
+    let cwd = std::fs::read_link(format!("/proc/{tgid}/cwd")).unwrap_or_else(|_| "/".into());
+    // `./app` names the same program as `warmstart run -- ./app` did
+    // where it was started, not a file relative to the daemon.
+    if argv[0].contains('/') && !argv[0].starts_with('/') {
+        argv[0] = cwd.join(&argv[0]).display().to_string();
+    }
+    let key = policy_path(exe, &argv, &cwd);
+    let allowed = dcfg.allows(&key) || (learn.contains(&key) && dcfg.denied_by(&key).is_none());
+    if !allowed || (dcfg.skip_services && is_service(tgid)) {
         return None;
     }
     let name = profile_name(&argv);
@@ -409,29 +929,29 @@ fn start_session(
             Ok(plan) => {
                 let replaying = sessions
                     .values()
-                    .filter(|s| matches!(s.mode, Mode::Prefetching { .. }))
+                    .filter(|s| {
+                        matches!(
+                            s.mode,
+                            Mode::Prefetching {
+                                replay: Some(_),
+                                ..
+                            }
+                        )
+                    })
                     .count();
                 let cancel = Arc::new(AtomicBool::new(false));
+                let requests = Arc::new(AtomicU64::new(0));
+                let first_request_ns = Arc::new(AtomicU64::new(0));
                 let plan = Box::new(plan);
                 let replay = (replaying < dcfg.max_concurrent_replays).then(|| {
                     let plan = plan.clone();
                     let opts = cfg.replay.clone();
-                    let flag = Arc::clone(&cancel);
-                    std::thread::spawn(move || {
-                        let backend = RealBackend::new();
-                        let engine = Engine::new(&backend, opts).ok()?;
-                        let inner = engine.cancel_flag();
-                        std::thread::scope(|s| {
-                            let h = s.spawn(|| engine.run(&plan).ok());
-                            while !h.is_finished() {
-                                if flag.load(Ordering::Relaxed) {
-                                    inner.store(true, Ordering::Relaxed);
-                                }
-                                std::thread::sleep(Duration::from_millis(2));
-                            }
-                            h.join().ok().flatten()
-                        })
-                    })
+                    let (flag, requests, first) = (
+                        Arc::clone(&cancel),
+                        Arc::clone(&requests),
+                        Arc::clone(&first_request_ns),
+                    );
+                    std::thread::spawn(move || replay(&plan, opts, &flag, &requests, &first))
                 });
                 let latency = replay
                     .as_ref()
@@ -440,8 +960,10 @@ fn start_session(
                     plan,
                     replay,
                     cancel,
+                    requests,
+                    first_request_ns,
                 };
-                return Some((new_session(tgid, name, argv, m), latency));
+                return Some(((name, argv, m), latency));
             }
             Err(why) => {
                 let _ = writeln!(
@@ -456,16 +978,49 @@ fn start_session(
             }
         },
     };
-    Some((new_session(tgid, name, argv, mode), None))
+    Some(((name, argv, mode), None))
 }
 
-fn new_session(tgid: u32, name: String, argv: Vec<String>, mode: Mode) -> Session {
+/// One launch's replay, on its own thread: stops when `cancel` is set,
+/// and publishes its progress and when its first request went out.
+fn replay(
+    plan: &Plan,
+    opts: warmstart_replay::Options,
+    cancel: &AtomicBool,
+    requests: &AtomicU64,
+    first_request_ns: &AtomicU64,
+) -> Option<Report> {
+    let backend = RealBackend::new();
+    let engine = Engine::new(&backend, opts).ok()?;
+    let (inner, progress) = (engine.cancel_flag(), engine.progress());
+    std::thread::scope(|s| {
+        let h = s.spawn(|| engine.run(plan).ok());
+        while !h.is_finished() {
+            if cancel.load(Ordering::Relaxed) {
+                inner.store(true, Ordering::Relaxed);
+            }
+            let n = progress.load(Ordering::Relaxed);
+            requests.store(n, Ordering::Relaxed);
+            if n > 0 && first_request_ns.load(Ordering::Relaxed) == 0 {
+                first_request_ns.store(monotonic_ns(), Ordering::Relaxed);
+            }
+            // Finely until the first request (it is measured), then coarsely.
+            let nap = if n == 0 { 50 } else { 2000 };
+            std::thread::sleep(Duration::from_micros(nap));
+        }
+        requests.store(progress.load(Ordering::Relaxed), Ordering::Relaxed);
+        h.join().ok().flatten()
+    })
+}
+
+fn new_session(tgid: u32, name: String, argv: Vec<String>, mode: Mode, exec_ts_ns: u64) -> Session {
     Session {
         name,
         argv,
         agg: Aggregator::new(Path::new("/"), tgid).already_execed(),
         members: HashSet::from([tgid]),
         mode,
+        exec_ts_ns,
         started: Instant::now(),
         last_io: Instant::now(),
     }
@@ -504,6 +1059,7 @@ fn finish_session(
         .unwrap_or_else(|| Profile::new(&s.name, &s.argv));
     prof.launches += 1;
     let mut report = LaunchReport::new(&s.name, prof.phase);
+    let mut first_request = None;
     match s.mode {
         Mode::Learning => {
             add_trace(&trace, store, &mut prof, cfg, &mut report)?;
@@ -512,26 +1068,36 @@ fn finish_session(
             plan,
             replay,
             cancel,
+            first_request_ns,
+            ..
         } => {
             cancel.store(true, Ordering::Relaxed);
             let rep = replay.and_then(|h| h.join().ok().flatten());
+            let first = first_request_ns.load(Ordering::Relaxed);
+            first_request = (first > 0).then(|| first.saturating_sub(s.exec_ts_ns) as f64 / 1e6);
             let _ = store::write_atomic(&store.dir(&s.name).join("last-audit"), &trace.to_bytes());
             judge(&mut prof, store, &plan, Some(trace), rep, cfg, &mut report);
         }
     }
     report.phase_after = prof.phase;
-    store.save(&mut prof)?;
+    // The report first: whoever sees the launch counted in the profile
+    // finds this launch's report.
     let json = serde_json::to_vec_pretty(&report).expect("serializes");
+    let _ = std::fs::create_dir_all(store.dir(&s.name));
     let _ = store::write_atomic(&store.dir(&s.name).join("last-launch.json"), &json);
+    store.save(&mut prof)?;
     let _ = writeln!(
         log,
-        "warmstart daemon: {} {:?} -> {:?}{}",
+        "warmstart daemon: {} {:?} -> {:?}{}{}",
         s.name,
         report.phase_before,
         report.phase_after,
         report
             .miss_ratio
             .map(|m| format!(", miss ratio {m:.3}"))
+            .unwrap_or_default(),
+        first_request
+            .map(|ms| format!(", first prefetch request {ms:.2} ms after exec"))
             .unwrap_or_default()
     );
     Ok(())
@@ -561,24 +1127,6 @@ fn evict_lru(store: &Store, max: u64) {
         let _ = store.forget(&name);
         total -= size;
     }
-}
-
-fn serve(listener: &std::os::unix::net::UnixListener, status: &DaemonStatus) {
-    while let Ok((mut conn, _)) = listener.accept() {
-        let _ = conn.set_nonblocking(false);
-        let _ = conn.set_write_timeout(Some(Duration::from_millis(200)));
-        let _ = conn.write_all(&serde_json::to_vec(status).expect("serializes"));
-    }
-}
-
-/// Asks a running daemon for its status.
-pub fn query(socket: &Path) -> Option<DaemonStatus> {
-    use std::io::Read;
-    let mut conn = std::os::unix::net::UnixStream::connect(socket).ok()?;
-    conn.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
-    let mut buf = Vec::new();
-    conn.read_to_end(&mut buf).ok()?;
-    serde_json::from_slice(&buf).ok()
 }
 
 fn percentiles(v: &[f64]) -> [f64; 3] {
@@ -682,9 +1230,16 @@ mod tests {
             .unwrap()
             .display()
             .to_string();
-        assert_eq!(policy_path("/usr/bin/python3.11", &argv), canon);
         assert_eq!(
-            policy_path("/usr/bin/gimp", &["gimp".into(), "x.png".into()]),
+            policy_path("/usr/bin/python3.11", &argv, Path::new("/")),
+            canon
+        );
+        assert_eq!(
+            policy_path(
+                "/usr/bin/gimp",
+                &["gimp".into(), "x.png".into()],
+                Path::new("/")
+            ),
             "/usr/bin/gimp"
         );
         assert_eq!(percentiles(&[3.0, 1.0, 2.0]), [2.0, 3.0, 3.0]);

@@ -159,7 +159,7 @@ pub fn profile_name(argv: &[String]) -> String {
     format!("{}-{:08x}", base.trim_start_matches('.'), h.finalize())
 }
 
-fn resolve_exe(cmd: &str) -> String {
+pub(crate) fn resolve_exe(cmd: &str) -> String {
     if cmd.contains('/') {
         return std::fs::canonicalize(cmd)
             .map(|p| p.display().to_string())

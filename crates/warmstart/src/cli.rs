@@ -89,10 +89,26 @@ pub enum Command {
     #[command(after_help = "EXAMPLES:\n  warmstart status\n  warmstart status --json")]
     Status(StatusArgs),
     /// Forget a profile: its traces, plan and statistics.
-    #[command(
-        after_help = "EXAMPLES:\n  warmstart forget python3-1a2b3c4d\n  warmstart forget --all"
-    )]
+    #[command(after_help = "EXAMPLES:\n  \
+        warmstart forget python3-1a2b3c4d\n  \
+        warmstart forget --all\n\n\
+        With the daemon running, forgetting goes through it, so a launch it is following\n\
+        cannot bring the profile back. Policy is untouched: a program the daemon learns is\n\
+        learned again at its next launch (deny it in the config to stop that).")]
     Forget(ForgetArgs),
+    /// Ask the daemon to learn a program: learn it even if policy would not, and start over.
+    #[command(after_help = "EXAMPLES:\n  \
+        warmstart learn gimp                     # gimp is learned afresh from its next launches\n  \
+        warmstart learn python3 ~/bin/tool.py    # an interpreter: the script is the program\n  \
+        warmstart learn --remove gimp            # back to what the config says\n\n\
+        The daemon (`warmstart daemon`, root) must be running; this does not start PROGRAM.\n\
+        PROGRAM goes on the daemon's learn list (kept across restarts, shown by `warmstart\n\
+        status`), which adds to the config's `allow`, so it is learned even with\n\
+        learn = \"allow-list\"; the config's `deny` still wins. Every profile of PROGRAM goes\n\
+        back to learning: its next launches (2) are recorded and a new plan is compiled.\n\
+        For interpreters (python3, sh, perl, java, ...) the program is the script, as in the\n\
+        daemon's policy. Options go before PROGRAM.")]
+    Learn(LearnArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -255,6 +271,27 @@ pub struct ForgetArgs {
     pub all: bool,
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
+    /// The daemon's control socket (used when the daemon runs).
+    #[arg(long, value_name = "PATH", default_value = "/run/warmstart.sock")]
+    pub socket: PathBuf,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct LearnArgs {
+    /// Take PROGRAM off the daemon's learn list instead (its profiles stay).
+    #[arg(long)]
+    pub remove: bool,
+    /// The daemon's control socket.
+    #[arg(long, value_name = "PATH", default_value = "/run/warmstart.sock")]
+    pub socket: PathBuf,
+    /// The program (looked up in PATH) and its arguments.
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "PROGRAM"
+    )]
+    pub command: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

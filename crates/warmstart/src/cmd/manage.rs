@@ -1,4 +1,6 @@
-//! `warmstart run`, `status` and `forget`: the launch manager's commands.
+//! `warmstart run`, `daemon`, `status`, `forget` and `learn`: the launch
+//! manager's commands. `status`, `forget` and `learn` talk to the daemon
+//! through its control socket when it runs.
 
 use anyhow::{Context, Result};
 use warmstart_launch::{Config, Store, Strategy, StrategyChoice};
@@ -6,9 +8,9 @@ use warmstart_launch::{Config, Store, Strategy, StrategyChoice};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use warmstart_launch::daemon::DaemonConfig;
+use warmstart_launch::daemon::{ControlError, DaemonConfig, Reply, Request};
 
-use crate::cli::{DaemonArgs, ForgetArgs, RunArgs, StatusArgs, StrategyArg};
+use crate::cli::{DaemonArgs, ForgetArgs, LearnArgs, RunArgs, StatusArgs, StrategyArg};
 use crate::cmd::human_bytes;
 
 pub fn run(args: RunArgs, quiet: bool) -> Result<i32> {
@@ -86,17 +88,36 @@ pub fn daemon(args: DaemonArgs) -> Result<i32> {
 }
 
 pub fn status(args: StatusArgs) -> Result<i32> {
-    let store = store(&args.state_dir)?;
+    let daemon = warmstart_launch::daemon::query(&args.socket);
+    // The daemon's profiles, unless another state directory is asked for.
+    let store = match (&args.state_dir, &daemon) {
+        (None, Some(d)) if !d.state_dir.as_os_str().is_empty() => Store::open(&d.state_dir)?,
+        _ => store(&args.state_dir)?,
+    };
     let profiles = store.list();
-    if let Some(d) = warmstart_launch::daemon::query(&args.socket) {
+    if let Some(d) = daemon {
         if args.json {
             println!("{}", serde_json::to_string(&d)?);
         } else {
             println!(
-                "daemon: pid {}, up {:.0} s, {} execs seen, {} learned, {} prefetched, {} ignored; exec->replay p50 {:.0} us, p90 {:.0} us, max {:.0} us; {} events, {} dropped",
+                "daemon: pid {}, up {:.0} s, {} execs seen, {} learned, {} prefetched, {} ignored; exec->replay p50 {:.0} us, p90 {:.0} us, max {:.0} us; exec->first request p50 {:.0} us, p90 {:.0} us, max {:.0} us; {} events, {} dropped",
                 d.pid, d.uptime_s, d.execs_seen, d.launches_learned, d.launches_prefetched, d.ignored,
-                d.exec_to_replay_us[0], d.exec_to_replay_us[1], d.exec_to_replay_us[2], d.events, d.drops
+                d.exec_to_replay_us[0], d.exec_to_replay_us[1], d.exec_to_replay_us[2],
+                d.exec_to_first_request_us[0], d.exec_to_first_request_us[1], d.exec_to_first_request_us[2],
+                d.events, d.drops
             );
+            for s in &d.sessions {
+                println!(
+                    "  launch in progress: pid {} {} ({}, {} requests, {:.1} s)",
+                    s.pid, s.profile, s.mode, s.requests, s.age_s
+                );
+            }
+            if !d.learn_list.is_empty() {
+                println!(
+                    "  learn list (`warmstart learn`): {}",
+                    d.learn_list.join(", ")
+                );
+            }
         }
     }
     if args.json {
@@ -140,7 +161,50 @@ pub fn status(args: StatusArgs) -> Result<i32> {
     Ok(0)
 }
 
+/// Sends a request to the daemon, with errors that say what to do.
+fn ask_daemon(socket: &std::path::Path, req: &Request) -> Result<Reply> {
+    match warmstart_launch::daemon::request(socket, req) {
+        Ok(Reply::Error { message }) => anyhow::bail!("the daemon refused: {message}"),
+        Ok(r) => Ok(r),
+        Err(ControlError::NotRunning(p)) => anyhow::bail!(
+            "no warmstart daemon is running (nothing listens on {}): start it with \
+             `systemctl start warmstart` or `warmstart daemon`, or give its --socket; \
+             `warmstart run -- PROGRAM` learns a program without it",
+            p.display()
+        ),
+        Err(ControlError::PermissionDenied(p)) => anyhow::bail!(
+            "permission denied on {}: the daemon's control socket is root-only (its plans \
+             reveal which files programs touched); run this as root",
+            p.display()
+        ),
+        Err(e) => Err(e.into()),
+    }
+}
+
 pub fn forget(args: ForgetArgs) -> Result<i32> {
+    // With the daemon running on this state directory, it forgets: a
+    // launch it is following would otherwise write the profile back.
+    if let Some(d) = warmstart_launch::daemon::query(&args.socket) {
+        let same = args.state_dir.as_ref().is_none_or(|s| {
+            std::fs::canonicalize(s).ok() == std::fs::canonicalize(&d.state_dir).ok()
+        });
+        if same {
+            let req = Request::Forget {
+                names: args.profile.iter().cloned().collect(),
+                all: args.all,
+            };
+            let Reply::Forgot { forgotten, missing } = ask_daemon(&args.socket, &req)? else {
+                anyhow::bail!("the daemon answered something else than what was forgotten");
+            };
+            for n in &forgotten {
+                println!("forgot {n}");
+            }
+            for n in &missing {
+                eprintln!("warmstart: no profile named {n} (see `warmstart status`)");
+            }
+            return Ok(if missing.is_empty() { 0 } else { 1 });
+        }
+    }
     let store = store(&args.state_dir)?;
     let names: Vec<String> = if args.all {
         store
@@ -164,4 +228,75 @@ pub fn forget(args: ForgetArgs) -> Result<i32> {
         }
     }
     Ok(if missing { 1 } else { 0 })
+}
+
+/// Where PROGRAM is: as given if it has a slash (relative to `cwd`), else
+/// the first match in PATH, like a shell. Not canonicalized: the profile
+/// name keeps the name the user knows.
+fn find_program(prog: &str, cwd: &std::path::Path) -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let runnable = |p: &std::path::Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if prog.contains('/') {
+        let p = cwd.join(prog);
+        return runnable(&p).then_some(p);
+    }
+    std::env::var_os("PATH")
+        .map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|d| cwd.join(d).join(prog))
+        .find(|p| runnable(p))
+}
+
+pub fn learn(args: LearnArgs) -> Result<i32> {
+    let cwd = std::env::current_dir().context("the current directory")?;
+    let prog = &args.command[0];
+    let found = find_program(prog, &cwd).with_context(|| {
+        format!("{prog}: no such program (not an executable file, nor found in PATH)")
+    })?;
+    // The executable the kernel reports at exec: symlinks resolved.
+    let exe = std::fs::canonicalize(&found)
+        .with_context(|| format!("resolving {}", found.display()))?
+        .display()
+        .to_string();
+    let mut argv = args.command.clone();
+    argv[0] = found.display().to_string();
+    if args.remove {
+        let req = Request::Unlearn { exe, argv, cwd };
+        let Reply::Unlearned {
+            key,
+            was_listed,
+            policy_allows,
+        } = ask_daemon(&args.socket, &req)?
+        else {
+            anyhow::bail!("the daemon answered something else than the learn list");
+        };
+        match (was_listed, policy_allows) {
+            (false, _) => println!("{key} was not on the learn list"),
+            (true, true) => {
+                println!("{key} is off the learn list; the config's policy still learns it")
+            }
+            (true, false) => println!(
+                "{key} is off the learn list: the daemon no longer learns it (its profiles stay; \
+                 `warmstart forget` drops them)"
+            ),
+        }
+        return Ok(if was_listed { 0 } else { 1 });
+    }
+    let req = Request::Learn { exe, argv, cwd };
+    let Reply::Learned {
+        key,
+        reset,
+        nrawseq,
+    } = ask_daemon(&args.socket, &req)?
+    else {
+        anyhow::bail!("the daemon answered something else than what it learns");
+    };
+    println!("the daemon learns {key}: its next {nrawseq} launches are recorded, then a plan is compiled");
+    for n in &reset {
+        println!("  profile {n}: back to learning (its traces and plan dropped)");
+    }
+    Ok(0)
 }

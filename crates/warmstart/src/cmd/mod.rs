@@ -23,6 +23,7 @@ pub fn dispatch(cli: Cli) -> Result<i32> {
         Command::Stream(args) => stream::run(args, cli.quiet),
         Command::Bench(args) => warmstart_bench::run(args, cli.quiet),
         Command::Forget(args) => manage::forget(args),
+        Command::Learn(args) => manage::learn(args),
     }
 }
 

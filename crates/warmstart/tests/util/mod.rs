@@ -165,6 +165,10 @@ impl Background {
                 .unwrap_or_else(|e| panic!("spawning {cmd:?}: {e}")),
         )
     }
+
+    pub fn id(&self) -> u32 {
+        self.0.id()
+    }
 }
 
 impl Drop for Background {
