@@ -169,12 +169,18 @@ impl Recorder {
     }
 
     /// Waits up to `timeout` for events and appends what arrived to `out`.
+    ///
+    /// Most records are written without waking the reader (see WAKE_LATER
+    /// in record.bpf.c), so this returns early only for fork, exec and exit,
+    /// and otherwise after `timeout` with everything written meanwhile.
     pub fn poll(&self, timeout: Duration, out: &mut Vec<Event>) -> Result<(), Error> {
         match self.ring.poll(timeout) {
             // A signal (the wrapper forwards them) is not a failure.
             Err(e) if matches!(e.kind(), libbpf_rs::ErrorKind::Interrupted) => {}
             r => r.map_err(bpf_err("poll"))?,
         }
+        // epoll reports nothing for records written without a wake-up.
+        self.ring.consume().map_err(bpf_err("consume"))?;
         out.extend(self.rx.try_iter());
         Ok(())
     }

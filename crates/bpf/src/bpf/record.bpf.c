@@ -118,6 +118,18 @@ static __always_inline bool is_tracked(void)
 	return bpf_map_lookup_elem(&tracked, &tgid) != NULL;
 }
 
+/*
+ * Wake-ups. With flags 0 the ring buffer wakes the reader whenever it had
+ * caught up, which for a fast reader is once per record: an irq_work and a
+ * context switch per page, paid on the traced program's CPUs (tens of
+ * thousands per launch). Page, open and path records are written without a
+ * wake-up; user space collects them on its poll timeout (10-20 ms). Only
+ * fork, exec and exit force one: the daemon starts a replay on exec and
+ * the recorder ends on the last exit.
+ */
+#define WAKE_LATER BPF_RB_NO_WAKEUP
+#define WAKE_NOW BPF_RB_FORCE_WAKEUP
+
 static __always_inline void count_drop(void)
 {
 	u32 zero = 0;
@@ -149,7 +161,7 @@ static __always_inline void emit_page(u32 kind, u32 dev, u64 ino, u64 index, u64
 	e->index = index;
 	e->count = count;
 	e->_pad = 0;
-	bpf_ringbuf_submit(e, 0);
+	bpf_ringbuf_submit(e, WAKE_LATER);
 }
 
 static __always_inline void page_use(u32 kind, u32 dev, u64 ino, u64 index, u64 last)
@@ -260,7 +272,7 @@ int BPF_PROG(handle_fork, struct task_struct *parent, struct task_struct *child)
 	e->child_pid = child->pid;
 	e->child_tgid = ctgid;
 	bpf_probe_read_kernel_str(e->comm, sizeof(e->comm), child->comm);
-	bpf_ringbuf_submit(e, 0);
+	bpf_ringbuf_submit(e, WAKE_NOW);
 	return 0;
 }
 
@@ -283,7 +295,7 @@ int BPF_PROG(handle_exit, struct task_struct *p, bool group_dead)
 	e->child_pid = p->pid;
 	e->child_tgid = tgid;
 	bpf_probe_read_kernel_str(e->comm, sizeof(e->comm), p->comm);
-	bpf_ringbuf_submit(e, 0);
+	bpf_ringbuf_submit(e, WAKE_NOW);
 	return 0;
 }
 
@@ -344,7 +356,7 @@ static long walk_step(u64 i, struct walk_ctx *c)
 	return 0;
 }
 
-static __always_inline void emit_file(u32 kind, struct file *f)
+static __always_inline void emit_file(u32 kind, struct file *f, u64 wake)
 {
 	u32 zero = 0;
 	struct ev_file *e;
@@ -370,7 +382,7 @@ static __always_inline void emit_file(u32 kind, struct file *f)
 	bpf_loop(WS_PATH_MAX_DEPTH + 16, walk_step, &c, 0);
 	e->path.depth = c.depth;
 	e->path.truncated = c.truncated || c.dentry != c.mnt_root;
-	if (bpf_ringbuf_output(&events, e, sizeof(*e), 0))
+	if (bpf_ringbuf_output(&events, e, sizeof(*e), wake))
 		count_drop();
 }
 
@@ -400,7 +412,7 @@ int BPF_PROG(handle_exec, struct task_struct *p, pid_t old_pid, struct linux_bin
 	} else if (!is_tracked()) {
 		return 0;
 	}
-	emit_file(EV_EXEC, BPF_CORE_READ(bprm, file));
+	emit_file(EV_EXEC, BPF_CORE_READ(bprm, file), WAKE_NOW);
 	return 0;
 }
 
@@ -427,7 +439,7 @@ static __always_inline int path_exit(long ret)
 	bpf_map_delete_elem(&inflight, &id);
 
 	if (op == PATHOP_OPEN && ret >= 0) {
-		emit_file(EV_OPEN, fd_file(ret));
+		emit_file(EV_OPEN, fd_file(ret), WAKE_LATER);
 		return 0;
 	}
 	struct ev_pathop *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
@@ -440,10 +452,10 @@ static __always_inline int path_exit(long ret)
 	e->ret = (int)ret;
 	/* fstat() arrives as newfstatat(fd, "", AT_EMPTY_PATH): no lookup, no I/O */
 	if (bpf_probe_read_user_str(e->path, sizeof(e->path), (const void *)ptr) <= 1) {
-		bpf_ringbuf_discard(e, 0);
+		bpf_ringbuf_discard(e, WAKE_LATER);
 		return 0;
 	}
-	bpf_ringbuf_submit(e, 0);
+	bpf_ringbuf_submit(e, WAKE_LATER);
 	return 0;
 }
 
@@ -508,7 +520,7 @@ int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 	case NR_readlinkat:
 		return path_enter(PT_REGS_PARM2_CORE_SYSCALL(regs), PATHOP_READLINK);
 	case NR_getdents64:
-		emit_file(EV_DIRREAD, fd_file(PT_REGS_PARM1_CORE_SYSCALL(regs)));
+		emit_file(EV_DIRREAD, fd_file(PT_REGS_PARM1_CORE_SYSCALL(regs)), WAKE_LATER);
 		return 0;
 	}
 	return 0;
