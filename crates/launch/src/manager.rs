@@ -104,6 +104,9 @@ pub struct LaunchReport {
     /// Audit: bytes the application read from storage that the plan lacks.
     pub uncovered_bytes: Option<u64>,
     pub compiled: Option<String>,
+    /// How long the application was held for the replay's head start (or,
+    /// with the sorted strategy, for the whole replay).
+    pub held_ms: Option<f64>,
     pub exit_code: i32,
     pub wall_ms: f64,
 }
@@ -125,6 +128,7 @@ impl LaunchReport {
             audit_pages: None,
             uncovered_bytes: None,
             compiled: None,
+            held_ms: None,
             exit_code: 0,
             wall_ms: 0.0,
         }
@@ -414,7 +418,9 @@ fn prefetch(
     let (exit, replay_report, audit) = std::thread::scope(|s| -> Result<_, Error> {
         let mut running = None;
         let mut done = None;
+        let mut held_ms = None;
         let mut start = || {
+            let t0 = Instant::now();
             let h = s.spawn(|| engine.run(plan).ok());
             if strat == Strategy::Sorted {
                 done = h.join().ok().flatten();
@@ -431,6 +437,7 @@ fn prefetch(
                 }
                 running = Some(h);
             }
+            held_ms = Some(t0.elapsed().as_secs_f64() * 1e3);
         };
         let (exit, audit) = if do_audit {
             let recorded = warmstart_record::record(argv, &cfg.record, |_| start())?;
@@ -447,6 +454,7 @@ fn prefetch(
             report.app_read_bytes = Some(inblock);
             (exit, None)
         };
+        report.held_ms = held_ms;
         // Whatever the replay has not issued by now nobody needs.
         cancel.store(true, Ordering::Relaxed);
         if let Some(h) = running {
