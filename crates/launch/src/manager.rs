@@ -582,11 +582,13 @@ fn children_inblock() -> u64 {
     }
 }
 
-/// Samples up to 8 data ranges spread over the schedule (the first one
-/// included) and says whether at least 90% of their pages are resident. Costs a
+/// Samples 16 windows of up to 64 KiB evenly spaced over the plan's data
+/// bytes and says whether at least 90% of their pages are resident. Costs a
 /// few opens and mincore calls: tens of microseconds.
 fn looks_warm(plan: &Plan) -> bool {
     use warmstart_replay::Backend;
+    const SAMPLES: u64 = 16;
+    const WINDOW: u64 = 64 * 1024;
     let data: Vec<(u32, u64, u64)> = plan
         .entries
         .iter()
@@ -595,18 +597,31 @@ fn looks_warm(plan: &Plan) -> bool {
             _ => None,
         })
         .collect();
-    if data.is_empty() {
+    let total: u64 = data.iter().map(|d| d.2).sum();
+    if total == 0 {
         return false;
     }
+    // Samples evenly spaced over the plan's bytes, not its entries: the C
+    // library and the loader stay resident through a cache drop (every
+    // process maps them) and are many small entries, so sampling entries
+    // once called a cold launch of the fixture warm and skipped its replay.
     let backend = RealBackend::new();
-    let step = data.len().div_ceil(8).max(1);
     let (mut resident, mut pages) = (0u64, 0u64);
-    for &(file, offset, len) in data.iter().step_by(step) {
+    let (mut i, mut before) = (0usize, 0u64);
+    for k in 0..SAMPLES {
+        let at = total * (2 * k + 1) / (2 * SAMPLES);
+        while before + data[i].2 <= at {
+            before += data[i].2;
+            i += 1;
+        }
+        let (file, offset, len) = data[i];
+        let start = offset + (at - before);
+        let len = WINDOW.min(offset + len - start);
         let path = Path::new(&plan.files[file as usize].path);
         let Ok((h, _)) = backend.open_file(path) else {
             return false;
         };
-        let Ok(r) = backend.residency(&h, offset, len) else {
+        let Ok(r) = backend.residency(&h, start, len) else {
             return false;
         };
         resident += r.resident;
