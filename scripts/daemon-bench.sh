@@ -5,7 +5,7 @@
 # Usage: scripts/daemon-bench.sh CMD ARGS...   (root; release build; ROUNDS=N)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-WS=$PWD/target/release/warmstart
+WS=${WS:-$PWD/target/release/warmstart}
 ROUNDS=${ROUNDS:-7}
 APP=("$@")
 [ "$(id -u)" = 0 ] || { echo "needs root"; exit 1; }

@@ -4,7 +4,7 @@
 # Usage: scripts/demo.sh [CMD ARGS...]   (default: a Python program; ROUNDS=N)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-WS=$PWD/target/release/warmstart
+WS=${WS:-$PWD/target/release/warmstart}
 ROUNDS=${ROUNDS:-5}
 if [ -x /usr/bin/python3 ]; then PY=/usr/bin/python3; else PY=$(command -v python3); fi
 if [ $# -gt 0 ]; then APP=("$@"); else
