@@ -79,7 +79,8 @@ pub enum Command {
     /// Run a command with adaptive runtime prefetching of its data streams (prefetchd).
     #[command(after_help = "EXAMPLES:\n  \
         warmstart stream -- sqlite3 big.db 'select count(*) from t where x like \"%a%\"'\n  \
-        warmstart stream --json -- sha256sum huge.iso\n\n\
+        warmstart stream --json -- sha256sum huge.iso\n  \
+        warmstart stream --pid $(pgrep -o rsync)          # attach to a running program\n\n\
         Sequential, backward and strided reads are detected per process and file every\n\
         --interval; the prefetcher reads ahead at the program's measured rate times a scale\n\
         that feedback adjusts, under the device's measured throughput. Accuracy and cost are\n\
