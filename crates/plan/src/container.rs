@@ -1,7 +1,11 @@
 //! The on-disk envelope shared by trace and plan files: a magic that names
 //! the kind of file, a major/minor version, a CRC-32 of the payload and its
 //! length, then the payload serialized with postcard (compact, maintained,
-//! serde-based). Readers refuse anything they cannot fully vouch for.
+//! serde-based). Plans store that payload deflated: they are read before
+//! every prefetched launch, and most of their bytes are file paths that
+//! share long prefixes. Readers refuse anything they cannot fully vouch for.
+
+use std::io::{Read, Write};
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -82,9 +86,30 @@ pub enum FormatError {
     Invalid { kind: Kind, what: String },
 }
 
+/// The most a deflated payload may inflate to: far above any real plan,
+/// low enough that a hostile file cannot exhaust memory.
+pub const MAX_INFLATED: u64 = 256 << 20;
+
 /// Serializes `value` into a complete file image.
 pub fn encode<T: Serialize>(kind: Kind, major: u16, minor: u16, value: &T) -> Vec<u8> {
     let payload = postcard::to_stdvec(value).expect("serializing to memory cannot fail");
+    envelope(kind, major, minor, payload)
+}
+
+/// As [`encode`], with the payload deflated.
+pub fn encode_deflated<T: Serialize>(kind: Kind, major: u16, minor: u16, value: &T) -> Vec<u8> {
+    let raw = postcard::to_stdvec(value).expect("serializing to memory cannot fail");
+    let mut z = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::default());
+    z.write_all(&raw).expect("deflating to memory cannot fail");
+    envelope(
+        kind,
+        major,
+        minor,
+        z.finish().expect("deflating to memory cannot fail"),
+    )
+}
+
+fn envelope(kind: Kind, major: u16, minor: u16, payload: Vec<u8>) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER_LEN + payload.len());
     out.extend_from_slice(kind.magic());
     out.extend_from_slice(&major.to_le_bytes());
@@ -102,6 +127,42 @@ pub fn decode<T: DeserializeOwned>(
     major: u16,
     bytes: &[u8],
 ) -> Result<T, FormatError> {
+    let payload = checked_payload(expected, major, bytes)?;
+    postcard::from_bytes(payload).map_err(|source| FormatError::Decode {
+        kind: expected,
+        source,
+    })
+}
+
+/// As [`decode`], for a payload written by [`encode_deflated`].
+pub fn decode_deflated<T: DeserializeOwned>(
+    expected: Kind,
+    major: u16,
+    bytes: &[u8],
+) -> Result<T, FormatError> {
+    let payload = checked_payload(expected, major, bytes)?;
+    let mut raw = Vec::new();
+    flate2::read::DeflateDecoder::new(payload)
+        .take(MAX_INFLATED + 1)
+        .read_to_end(&mut raw)
+        .map_err(|e| FormatError::Invalid {
+            kind: expected,
+            what: format!("its payload does not inflate: {e}"),
+        })?;
+    if raw.len() as u64 > MAX_INFLATED {
+        return Err(FormatError::Invalid {
+            kind: expected,
+            what: format!("its payload inflates past {MAX_INFLATED} bytes"),
+        });
+    }
+    postcard::from_bytes(&raw).map_err(|source| FormatError::Decode {
+        kind: expected,
+        source,
+    })
+}
+
+/// The envelope's checks; returns the payload they vouch for.
+fn checked_payload(expected: Kind, major: u16, bytes: &[u8]) -> Result<&[u8], FormatError> {
     if bytes.len() < HEADER_LEN {
         if bytes.len() >= 8 {
             check_magic(expected, &bytes[..8])?;
@@ -140,10 +201,7 @@ pub fn decode<T: DeserializeOwned>(
             actual,
         });
     }
-    postcard::from_bytes(payload).map_err(|source| FormatError::Decode {
-        kind: expected,
-        source,
-    })
+    Ok(payload)
 }
 
 fn check_magic(expected: Kind, magic: &[u8]) -> Result<(), FormatError> {
@@ -183,6 +241,31 @@ mod tests {
     fn round_trip() {
         let p: Payload = decode(Kind::Trace, 1, &sample()).unwrap();
         assert_eq!(p.a, 7);
+    }
+
+    #[test]
+    fn deflated_round_trip_and_garbage() {
+        let value = Payload {
+            a: 9,
+            b: (0..200)
+                .map(|i| format!("/usr/lib/python3.11/encodings/m{i}.pyc"))
+                .collect(),
+        };
+        let plain = encode(Kind::Plan, 2, 0, &value);
+        let small = encode_deflated(Kind::Plan, 2, 0, &value);
+        assert!(
+            small.len() * 3 < plain.len(),
+            "{} vs {}",
+            small.len(),
+            plain.len()
+        );
+        let back: Payload = decode_deflated(Kind::Plan, 2, &small).unwrap();
+        assert_eq!(back, value);
+        // A valid envelope around bytes that are not deflate data.
+        let err = decode_deflated::<Payload>(Kind::Plan, 2, &plain)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("corrupt") || err.contains("inflate"), "{err}");
     }
 
     #[test]

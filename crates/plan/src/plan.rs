@@ -10,8 +10,9 @@ use serde::{Deserialize, Serialize};
 use crate::container::{self, FormatError, Kind};
 use crate::trace::{FileId, NsOpKind};
 
-/// Plan file format version. Bump the major on incompatible changes.
-pub const PLAN_MAJOR: u16 = 1;
+/// Plan file format version. Bump the major on incompatible changes
+/// (2: the payload is deflated).
+pub const PLAN_MAJOR: u16 = 2;
 pub const PLAN_MINOR: u16 = 0;
 
 /// How the plan was made.
@@ -65,11 +66,11 @@ pub struct Plan {
 
 impl Plan {
     pub fn to_bytes(&self) -> Vec<u8> {
-        container::encode(Kind::Plan, PLAN_MAJOR, PLAN_MINOR, self)
+        container::encode_deflated(Kind::Plan, PLAN_MAJOR, PLAN_MINOR, self)
     }
 
     pub fn from_bytes(bytes: &[u8]) -> Result<Plan, FormatError> {
-        let p: Plan = container::decode(Kind::Plan, PLAN_MAJOR, bytes)?;
+        let p: Plan = container::decode_deflated(Kind::Plan, PLAN_MAJOR, bytes)?;
         p.check()?;
         Ok(p)
     }
