@@ -7,7 +7,8 @@ import json
 import sys
 
 ORDER = ["cold", "warm", "prefetch-only", "bound", "sorted", "fast",
-         "paralfetch", "preload-all", "vmtouch", "warmstart", "learning"]
+         "paralfetch", "preload-all", "vmtouch", "warmstart", "run", "daemon",
+         "learning"]
 NO_GAP = {"cold", "prefetch-only", "learning"}
 PEERS = ["sorted", "fast", "paralfetch", "preload-all", "vmtouch"]
 

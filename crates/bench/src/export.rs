@@ -131,6 +131,8 @@ pub(crate) mod tests {
             Scenario::PrefetchOnly,
             Scenario::Bound,
             Scenario::Warmstart,
+            Scenario::Run,
+            Scenario::Daemon,
         ];
         let (learned, runs) = run_program("demo", &mut Fixed, &sc, 2, 0, &mut NoProgress).unwrap();
         Results {
@@ -164,8 +166,8 @@ pub(crate) mod tests {
             lines[0],
             "program,round,position,scenario,time_s,exit_code,resident_before,prefetched_bytes"
         );
-        // 4 launched + 1 bound per round, 2 rounds.
-        assert_eq!(lines.len(), 1 + 10);
+        // 6 launched + 1 bound per round, 2 rounds.
+        assert_eq!(lines.len(), 1 + 14);
         assert_eq!(lines[1], "demo,0,0,cold,2.000000,0,0.0000,");
         assert!(lines.contains(&"demo,0,,bound,1.000000,,,"), "{text}");
         assert!(
@@ -181,7 +183,7 @@ pub(crate) mod tests {
         write_json(&r, &mut out).unwrap();
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         let p = &v["programs"][0];
-        assert_eq!(p["runs"].as_array().unwrap().len(), 10);
+        assert_eq!(p["runs"].as_array().unwrap().len(), 14);
         let sum = p["summary"].as_array().unwrap();
         let names: Vec<&str> = sum
             .iter()
@@ -189,7 +191,15 @@ pub(crate) mod tests {
             .collect();
         assert_eq!(
             names,
-            ["cold", "warm", "prefetch-only", "bound", "warmstart"]
+            [
+                "cold",
+                "warm",
+                "prefetch-only",
+                "bound",
+                "warmstart",
+                "run",
+                "daemon"
+            ]
         );
         assert_eq!(sum[4]["gap_captured"], 0.75);
         let back: Results = serde_json::from_slice(&out).unwrap();

@@ -26,6 +26,7 @@ pub mod scenario;
 pub mod stats;
 pub mod suite;
 pub mod timeline;
+pub mod wrapped;
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -60,9 +61,13 @@ Scenarios (FAST §6.1.2, Paralfetch §5), run interleaved round after round:
   paralfetch     metadata shift + range merge, threaded, beside the app
   preload-all    the launch's files read whole, then the app (vmtouch-style)
   vmtouch        the real `vmtouch -t` on those files, then the app
-  warmstart      warmstart's default plan, replayed beside the app
+  warmstart      warmstart's default plan, replayed beside the app (in-process)
+  run            the real `warmstart run` wrapper (learned on its own launches)
+  daemon         `warmstart daemon` running (it learned the program), no wrapper
   learning       a cold launch while recording it (the cost of learning)
-Gap captured = (t_cold - t) / (t_cold - t_warm): 100% is as fast as warm.";
+Gap captured = (t_cold - t) / (t_cold - t_warm): 100% is as fast as warm.
+run and daemon launch the warmstart binary (this one, or WARMSTART_BENCH_BIN);
+daemon needs root and runs only around its own launches.";
 
 /// Measure launch times: cold, warm, the peers' prefetchers and warmstart's.
 #[derive(clap::Args, Debug)]
@@ -74,7 +79,8 @@ pub struct BenchArgs {
     /// Untimed launches before the first round (after learning).
     #[arg(short, long, default_value_t = 1, value_name = "N")]
     pub warmup: usize,
-    /// Scenarios to run, comma-separated [default: all; vmtouch if installed].
+    /// Scenarios to run, comma-separated [default: all; vmtouch if
+    /// installed; daemon as root].
     #[arg(short, long, value_enum, value_delimiter = ',')]
     pub scenarios: Vec<Scenario>,
     /// Make launches cold by evicting only the launch's own files (learned
@@ -137,9 +143,14 @@ impl BenchArgs {
             s.dedup();
             return s;
         }
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        let bin = wrapped::warmstart_binary().is_some();
         Scenario::ALL
             .into_iter()
             .filter(|s| *s != Scenario::Vmtouch || real::which("vmtouch"))
+            .filter(|s| !s.uses_binary() || bin)
+            .filter(|s| *s != Scenario::Daemon || root)
             .collect()
     }
 }
@@ -152,6 +163,29 @@ pub fn run(args: BenchArgs, quiet: bool) -> Result<i32> {
     let scenarios = args.scenarios();
     if scenarios.contains(&Scenario::Vmtouch) && !real::which("vmtouch") {
         bail!("the vmtouch scenario needs vmtouch (apt-get install vmtouch)");
+    }
+    let warmstart_bin = wrapped::warmstart_binary();
+    if scenarios.iter().any(|s| s.uses_binary()) {
+        match &warmstart_bin {
+            Some(b) if !b.is_file() => {
+                bail!(
+                    "the run and daemon scenarios launch {}, which does not exist",
+                    b.display()
+                )
+            }
+            None => bail!(
+                "the run and daemon scenarios need the warmstart binary: not found beside {} \
+                 nor on PATH (set WARMSTART_BENCH_BIN)",
+                std::env::current_exe().map_or("?".into(), |e| e.display().to_string())
+            ),
+            _ => {}
+        }
+    } else if args.scenarios.is_empty() && !quiet {
+        eprintln!("warmstart: the warmstart binary was not found: leaving out run and daemon");
+    }
+    // SAFETY: geteuid has no preconditions.
+    if scenarios.contains(&Scenario::Daemon) && unsafe { libc::geteuid() } != 0 {
+        bail!("the daemon scenario needs root (warmstart daemon loads the eBPF recorder)");
     }
     if !args.evict_files && !Path::new("/proc/sys/vm/drop_caches").exists() {
         bail!("cannot drop caches here; use --evict-files");
@@ -222,9 +256,13 @@ pub fn run(args: BenchArgs, quiet: bool) -> Result<i32> {
         check_residency: args.check_residency,
         ignore_failure: args.ignore_failure,
         backend: warmstart_record::BackendChoice::Auto,
+        warmstart_bin,
+        scenarios: scenarios.clone(),
     };
     let per_round = runner::launches_per_round(&scenarios);
-    let total = (targets.len() * (args.runs * per_round + 2 + args.warmup)) as u64;
+    // Learning: two recordings, plus the wrapper's and the daemon's own.
+    let learning = 2 + 2 * scenarios.iter().filter(|s| s.uses_binary()).count();
+    let total = (targets.len() * (args.runs * per_round + learning + args.warmup)) as u64;
     let bar = if quiet || !std::io::stderr().is_terminal() {
         ProgressBar::hidden()
     } else {
@@ -278,6 +316,7 @@ pub fn run(args: BenchArgs, quiet: bool) -> Result<i32> {
         let mut prog = BarProgress {
             bar: &bar,
             name: t.name.clone(),
+            learning: learning as u64,
         };
         let outcome = runner::run_program(
             &t.name,
@@ -393,12 +432,15 @@ fn timelines(exec: &mut RealExecutor, scenarios: &[Scenario]) -> Result<Vec<Time
 struct BarProgress<'a> {
     bar: &'a ProgressBar,
     name: String,
+    /// Launches the learning phase makes.
+    learning: u64,
 }
 
 impl Progress for BarProgress<'_> {
     fn phase(&mut self, what: &str) {
         self.bar.set_message(format!("{}: {what}", self.name));
-        self.bar.inc(if what == "learning" { 2 } else { 1 });
+        self.bar
+            .inc(if what == "learning" { self.learning } else { 1 });
     }
     fn launched(&mut self, round: usize, s: Scenario, t: Duration) {
         self.bar.set_message(format!(

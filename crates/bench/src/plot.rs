@@ -26,6 +26,9 @@ fn colour(s: Scenario) -> RGBColor {
         Scenario::PreloadAll => RGBColor(166, 216, 84),
         Scenario::Vmtouch => RGBColor(229, 196, 148),
         Scenario::Warmstart => RGBColor(217, 72, 1),
+        // warmstart as users run it: the same hue, darker and lighter.
+        Scenario::Run => RGBColor(140, 45, 4),
+        Scenario::Daemon => RGBColor(253, 141, 60),
         Scenario::Learning => RGBColor(120, 90, 160),
     }
 }

@@ -38,6 +38,7 @@ use crate::launch::{self, Launched, Ready, Target};
 use crate::os;
 use crate::runner::{Executor, Learned, Measurement};
 use crate::scenario::Scenario;
+use crate::wrapped::Wrapped;
 
 /// How the real executor prepares launches.
 #[derive(Debug, Clone)]
@@ -50,6 +51,11 @@ pub struct Config {
     /// Keep going when the command exits non-zero.
     pub ignore_failure: bool,
     pub backend: BackendChoice,
+    /// The `warmstart` binary, for the `run` and `daemon` scenarios.
+    pub warmstart_bin: Option<std::path::PathBuf>,
+    /// The scenarios to be measured: `learn` also learns the wrapper's and
+    /// the daemon's profiles when `run` or `daemon` is among them.
+    pub scenarios: Vec<Scenario>,
 }
 
 /// The plan options of each strategy. Public so the docs and tests can
@@ -110,6 +116,10 @@ pub struct RealExecutor {
     vmtouch: bool,
     /// When the last measured launch started (for the activity timeline).
     pub last_start: Option<Instant>,
+    /// State of the `run` and `daemon` scenarios (created when first used).
+    wrapped: Option<Wrapped>,
+    run_learned: bool,
+    daemon_learned: bool,
 }
 
 impl RealExecutor {
@@ -123,6 +133,9 @@ impl RealExecutor {
             warm: false,
             vmtouch: which("vmtouch"),
             last_start: None,
+            wrapped: None,
+            run_learned: false,
+            daemon_learned: false,
         }
     }
 
@@ -414,6 +427,12 @@ impl Executor for RealExecutor {
             }
             self.plans.insert(s, plan);
         }
+        if self.cfg.scenarios.contains(&Scenario::Run) {
+            notes.push(self.learn_run()?);
+        }
+        if self.cfg.scenarios.contains(&Scenario::Daemon) {
+            notes.push(self.learn_daemon()?);
+        }
         let last = traces.last().expect("two traces");
         Ok(Learned {
             traces: traces.len(),
@@ -447,6 +466,20 @@ impl Executor for RealExecutor {
             // leaves only the plan's pages.
             self.warmup()?;
         }
+        if s == Scenario::Run && !self.run_learned {
+            self.learn_run()?;
+        }
+        if s == Scenario::Daemon && !self.daemon_learned {
+            self.learn_daemon()?;
+        }
+        // The daemon runs only around its own scenario's launches, and its
+        // start is outside the timing (before the cache is dropped).
+        let mut daemon = if s == Scenario::Daemon {
+            let t = self.target.clone();
+            Some(self.wrapped()?.start_daemon(&t)?)
+        } else {
+            None
+        };
         if let Some(p) = &self.target.prepare {
             launch::shell(p, self.target.cwd.as_deref(), "prepare")?;
         }
@@ -487,6 +520,32 @@ impl Executor for RealExecutor {
                 }
             }
             Scenario::Fast | Scenario::Paralfetch | Scenario::Warmstart => self.concurrent(s)?,
+            Scenario::Run => {
+                let target = self.target.clone();
+                let t = self.wrapped()?.run_target(&target);
+                let l = launch::launch(&t, Instant::now())?;
+                self.check(s, &l)?;
+                Measurement {
+                    time: l.time,
+                    exit_code: l.exit_code,
+                    ..Default::default()
+                }
+            }
+            Scenario::Daemon => {
+                let mut d = daemon.take().expect("started above");
+                let l = launch::launch(&self.target, Instant::now())?;
+                self.check(s, &l)?;
+                let bytes = self.wrapped()?.wait_daemon_done(&mut d)?;
+                d.stop()?;
+                Measurement {
+                    time: l.time,
+                    exit_code: l.exit_code,
+                    // What the daemon's replay issued (None: it did not
+                    // prefetch this launch, e.g. it was relearning).
+                    prefetched_bytes: bytes,
+                    ..Default::default()
+                }
+            }
             Scenario::PreloadAll | Scenario::Vmtouch => {
                 let t0 = Instant::now();
                 let bytes = if s == Scenario::Vmtouch {
@@ -533,6 +592,84 @@ impl Executor for RealExecutor {
 }
 
 impl RealExecutor {
+    fn wrapped(&mut self) -> Result<&mut Wrapped> {
+        if self.wrapped.is_none() {
+            let bin = self.cfg.warmstart_bin.clone().context(
+                "the run and daemon scenarios need the warmstart binary \
+                 (not found; set WARMSTART_BENCH_BIN)",
+            )?;
+            self.wrapped = Some(Wrapped::new(bin)?);
+        }
+        Ok(self.wrapped.as_mut().expect("set above"))
+    }
+
+    /// The wrapper's own learning launches (the first cold, the others as
+    /// found), in its private state directory, until its profile has a
+    /// plan. Returns a note for the report.
+    fn learn_run(&mut self) -> Result<String> {
+        let target = self.target.clone();
+        let t = self.wrapped()?.run_target(&target);
+        for i in 0..4 {
+            if let Some(p) = &self.target.prepare {
+                launch::shell(p, self.target.cwd.as_deref(), "prepare")?;
+            }
+            if i == 0 {
+                self.evict()?;
+            }
+            let l = launch::launch(&t, Instant::now()).context("learning through warmstart run")?;
+            self.check(Scenario::Run, &l)?;
+            self.warm = true;
+            if self.wrapped()?.run_prefetching() {
+                self.run_learned = true;
+                return Ok(format!(
+                    "run: `warmstart run` had a plan after {} learning launches",
+                    i + 1
+                ));
+            }
+        }
+        bail!(
+            "warmstart run had no plan for {} after 4 launches",
+            self.target.name
+        )
+    }
+
+    /// The daemon's learning: started with this program allowed, it
+    /// records the program's first launches (the first cold) until its
+    /// profile has a plan, then is stopped. Returns a note for the report.
+    fn learn_daemon(&mut self) -> Result<String> {
+        let t = self.target.clone();
+        let mut d = self.wrapped()?.start_daemon(&t)?;
+        for i in 0..4 {
+            if let Some(p) = &self.target.prepare {
+                launch::shell(p, self.target.cwd.as_deref(), "prepare")?;
+            }
+            if i == 0 {
+                self.evict()?;
+            }
+            let l = launch::launch(&t, Instant::now())?;
+            self.check(Scenario::Daemon, &l)?;
+            self.warm = true;
+            let w = self.wrapped()?;
+            w.wait_daemon_done(&mut d)
+                .context("learning with warmstart daemon")?;
+            if w.daemon_prefetching() {
+                let note = format!(
+                    "daemon: `warmstart daemon` had a plan after {} learning launches (allow = {})",
+                    i + 1,
+                    w.policy_key.as_deref().unwrap_or("?")
+                );
+                d.stop()?;
+                self.daemon_learned = true;
+                return Ok(note);
+            }
+        }
+        let tail = d.log_tail();
+        bail!(
+            "warmstart daemon had no plan for {} after 4 launches; its stderr:\n{tail}",
+            self.target.name
+        )
+    }
+
     /// Adds a trace's files and devices to the launch's set.
     fn absorb(&mut self, t: &Trace) {
         for f in &t.files {

@@ -118,7 +118,8 @@ pub fn outlier_warnings(results: &Results) -> Vec<String> {
     w
 }
 
-/// Programs where warmstart captured less of the gap than a peer.
+/// Programs where warmstart captured less of the gap than a peer, and
+/// where `warmstart run` or the daemon was slower than a cold start.
 pub fn losses(results: &Results) -> Vec<String> {
     let mut out = Vec::new();
     for p in &results.programs {
@@ -128,6 +129,15 @@ pub fn losses(results: &Results) -> Vec<String> {
                 .find(|s| s.scenario == sc)
                 .and_then(|s| s.gap_captured)
         };
+        for sc in [Scenario::Run, Scenario::Daemon] {
+            if let Some(g) = gap(sc).filter(|g| *g < 0.0) {
+                out.push(format!(
+                    "{}: {sc} was slower than a cold start (gap captured {})",
+                    p.name,
+                    fmt_pct(Some(g))
+                ));
+            }
+        }
         let Some(ours) = gap(Scenario::Warmstart) else {
             continue;
         };
@@ -222,6 +232,26 @@ mod tests {
         assert!(line("warmstart").contains("0.62"));
         assert!(line("warmstart").contains("75%"));
         assert!(line("bound").contains("1.00 s"));
+        assert!(line("run").contains("75%"));
+        assert!(line("daemon").contains("0.62"));
+    }
+
+    #[test]
+    fn run_or_daemon_slower_than_cold_is_noted() {
+        let mut r = sample();
+        for s in &mut r.programs[0].summary {
+            if s.scenario == Scenario::Daemon {
+                s.gap_captured = Some(-0.2);
+            }
+        }
+        let l = losses(&r);
+        assert_eq!(l.len(), 1, "{l:?}");
+        assert!(
+            l[0].contains("daemon was slower than a cold start"),
+            "{l:?}"
+        );
+        let g = mean_gaps(&r);
+        assert!(g.iter().any(|x| x.0 == Scenario::Run));
     }
 
     #[test]

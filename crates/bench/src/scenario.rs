@@ -49,12 +49,18 @@ pub enum Scenario {
     Vmtouch,
     /// warmstart's default plan, replayed beside the application.
     Warmstart,
+    /// The real `warmstart run` wrapper (the warmstart binary itself, with
+    /// a state directory it learned on its own launches), cold.
+    Run,
+    /// A cold launch with `warmstart daemon` running (it learned the
+    /// program from its own first launches) and no wrapper.
+    Daemon,
     /// A cold launch while recording it: the cost of learning.
     Learning,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 11] = [
+    pub const ALL: [Scenario; 13] = [
         Scenario::Cold,
         Scenario::Warm,
         Scenario::PrefetchOnly,
@@ -65,6 +71,8 @@ impl Scenario {
         Scenario::PreloadAll,
         Scenario::Vmtouch,
         Scenario::Warmstart,
+        Scenario::Run,
+        Scenario::Daemon,
         Scenario::Learning,
     ];
 
@@ -80,6 +88,8 @@ impl Scenario {
             Scenario::PreloadAll => "preload-all",
             Scenario::Vmtouch => "vmtouch",
             Scenario::Warmstart => "warmstart",
+            Scenario::Run => "run",
+            Scenario::Daemon => "daemon",
             Scenario::Learning => "learning",
         }
     }
@@ -105,7 +115,15 @@ impl Scenario {
                 | Scenario::PreloadAll
                 | Scenario::Vmtouch
                 | Scenario::Warmstart
+                | Scenario::Run
+                | Scenario::Daemon
         )
+    }
+
+    /// Whether the scenario launches the warmstart binary (`run`, `daemon`)
+    /// and so needs it found and its own learning launches.
+    pub fn uses_binary(self) -> bool {
+        matches!(self, Scenario::Run | Scenario::Daemon)
     }
 }
 

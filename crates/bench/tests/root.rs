@@ -39,11 +39,9 @@ fn fixture() -> (tempfile::TempDir, PathBuf, Target) {
     std::fs::File::open(&data).unwrap().sync_all().unwrap();
     let t = Target {
         name: "cat".into(),
-        argv: vec![
-            "sh".into(),
-            "-c".into(),
-            format!("cat {} > /dev/null", data.display()),
-        ],
+        // cat itself, not through a shell: the daemon scenario's policy
+        // key is the program the bench starts.
+        argv: vec!["cat".into(), data.display().to_string()],
         cwd: None,
         env: Vec::new(),
         ready: "exit".parse().unwrap(),
@@ -66,6 +64,8 @@ fn config(evict_files: bool) -> Config {
         check_residency: true,
         ignore_failure: false,
         backend: warmstart_record::BackendChoice::Auto,
+        warmstart_bin: warmstart_bench::wrapped::warmstart_binary(),
+        scenarios: Vec::new(),
     }
 }
 
@@ -114,11 +114,20 @@ fn root_every_scenario_runs_on_a_real_command() {
         return;
     }
     let (_dir, _data, target) = fixture();
-    let mut exec = RealExecutor::new(target, config(true));
+    // run and daemon need the warmstart binary (built beside the tests by
+    // `cargo test --workspace`, or named by WARMSTART_BENCH_BIN).
+    let bin = warmstart_bench::wrapped::warmstart_binary().is_some_and(|b| b.is_file());
+    if !bin {
+        eprintln!("run and daemon skipped: no warmstart binary beside the tests");
+    }
     let scenarios: Vec<Scenario> = Scenario::ALL
         .into_iter()
         .filter(|s| *s != Scenario::Vmtouch || warmstart_bench::real::which("vmtouch"))
+        .filter(|s| !s.uses_binary() || bin)
         .collect();
+    let mut cfg = config(true);
+    cfg.scenarios = scenarios.clone();
+    let mut exec = RealExecutor::new(target, cfg);
     let (learned, runs) = run_program("cat", &mut exec, &scenarios, 2, 1, &mut NoProgress).unwrap();
     assert!(learned.plan_bytes.iter().all(|(_, b)| *b >= 24 << 20));
     for s in &scenarios {
