@@ -179,7 +179,17 @@ pub fn policy_path(exe: &str, argv: &[String], cwd: &Path) -> String {
         base == *i || base.starts_with(&format!("{i}3")) || base.starts_with(&format!("{i}."))
     });
     if interpreter {
-        if let Some(script) = argv.iter().skip(1).find(|a| !a.starts_with('-')) {
+        let first = argv.iter().skip(1).position(|a| !a.starts_with('-'));
+        // `python3 -c CODE`, `-m module`, `sh -c`, `perl -e`: no script
+        // (and no lookup of the code as a file, which after a cache drop
+        // reads the directory from disk on the exec's critical path).
+        let inline = first.is_some_and(|i| {
+            i > 0 && base != "java" && ["-c", "-m", "-e", "-E"].contains(&argv[i].as_str())
+        });
+        if inline {
+            return exe.to_string();
+        }
+        if let Some(script) = first.map(|i| &argv[i + 1]) {
             if let Ok(p) = std::fs::canonicalize(cwd.join(script)) {
                 return p.display().to_string();
             }
@@ -211,6 +221,10 @@ pub struct DaemonStatus {
     pub exec_to_first_request_us: [f64; 3],
     pub events: u64,
     pub drops: u64,
+    /// Profiles, and plans, held in memory so that a launch is decided
+    /// without reading the state directory.
+    pub profiles_in_memory: usize,
+    pub plans_in_memory: usize,
     /// Programs added with `warmstart learn` (policy keys).
     pub learn_list: Vec<String>,
     /// Launches being recorded or prefetched right now.
@@ -342,7 +356,8 @@ pub fn query(socket: &Path) -> Option<DaemonStatus> {
 enum Mode {
     Learning,
     Prefetching {
-        plan: Box<Plan>,
+        /// Shared with the profile cache and the replay thread.
+        plan: Arc<Plan>,
         replay: Option<std::thread::JoinHandle<Option<Report>>>,
         cancel: Arc<AtomicBool>,
         /// Requests issued so far, and when the first one was (monotonic
@@ -372,6 +387,235 @@ struct Shared {
     /// reset to when: a launch that began before is not written back, so
     /// a forgotten profile does not come back from a launch in progress.
     profiles: Mutex<HashMap<String, Instant>>,
+    /// What the state directory says, kept in memory so that an exec is
+    /// decided without file I/O. Written only with `profiles` held.
+    cache: Cache,
+}
+
+/// A file's identity and version: `(inode, size, mtime, ctime)` in ns,
+/// `None` if there is no file. A file renamed over it (every write of the
+/// store) or rewritten in place changes it.
+type FileStamp = Option<(u64, u64, i128, i128)>;
+
+fn file_stamp(p: &Path) -> FileStamp {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(p).ok()?;
+    let ns = |s: i64, n: i64| s as i128 * 1_000_000_000 + n as i128;
+    Some((
+        m.ino(),
+        m.size(),
+        ns(m.mtime(), m.mtime_nsec()),
+        ns(m.ctime(), m.ctime_nsec()),
+    ))
+}
+
+/// A profile's plan read from the store, with the stamp of the file it was
+/// read from (taken before reading, so a later change is never missed).
+fn load_plan_stamped(store: &Store, name: &str) -> Result<(Arc<Plan>, FileStamp), String> {
+    let st = file_stamp(&store.plan_path(name));
+    load_plan(store, name).map(|p| (Arc::new(p), st))
+}
+
+/// What the daemon knows of a profile on disk.
+#[derive(Clone)]
+struct Known {
+    phase: Phase,
+    /// `profile.json` as last read or written; `None`: read it again at
+    /// the next check.
+    profile: Option<FileStamp>,
+    /// A prefetching profile's plan and the stamp of its file. `None` with
+    /// `Prefetching`: not in memory, read it from the store.
+    plan: Option<(Arc<Plan>, FileStamp)>,
+}
+
+/// Profiles' phases and plans, so that deciding a launch and starting its
+/// replay need no file I/O: after a cache drop the state directory would
+/// be read from a disk busy with the launch's own first reads.
+///
+/// The daemon updates an entry whenever it writes a profile (with
+/// `Shared::profiles` held, before `profile.json` is replaced, so no launch
+/// decided after the write sees the old state), and checks each entry
+/// against the files after every exec of its program, once that launch's
+/// replay has started: a change made behind the daemon's back (`warmstart
+/// run` on the same state directory, a user deleting files) is seen by
+/// the next launch at the latest.
+#[derive(Default)]
+struct Cache {
+    map: Mutex<HashMap<String, Known>>,
+    /// Every profile of the store was loaded at startup: a name without an
+    /// entry has no profile.
+    complete: AtomicBool,
+}
+
+impl Cache {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Known>> {
+        self.map.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn get(&self, name: &str) -> Option<Known> {
+        self.lock().get(name).cloned()
+    }
+
+    /// What the daemon is about to write for `prof`, with its plan if it
+    /// is prefetching. Call with `profiles` held, before `profile.json` is
+    /// replaced, then [`Cache::written`].
+    fn put(&self, prof: &Profile, plan: Option<(Arc<Plan>, FileStamp)>) {
+        let plan = plan.filter(|_| prof.phase == Phase::Prefetching);
+        self.lock().insert(
+            prof.name.clone(),
+            Known {
+                phase: prof.phase,
+                profile: None,
+                plan,
+            },
+        );
+    }
+
+    /// The daemon wrote `name`'s `profile.json`: the next check need not
+    /// read it again.
+    fn written(&self, store: &Store, name: &str) {
+        let st = file_stamp(&store.dir(name).join("profile.json"));
+        if let Some(k) = self.lock().get_mut(name) {
+            k.profile = Some(st);
+        }
+    }
+
+    /// The profile is gone (forgotten, evicted).
+    fn remove(&self, name: &str) {
+        self.lock().remove(name);
+    }
+
+    /// Profiles and plans in memory.
+    fn counts(&self) -> (usize, usize) {
+        let m = self.lock();
+        (m.len(), m.values().filter(|k| k.plan.is_some()).count())
+    }
+}
+
+/// Work for the thread that checks the cache against the store.
+enum Check {
+    /// Load every profile of the store (at startup).
+    All,
+    /// A launch of this profile was just decided from the cache; once its
+    /// replay has issued a first request (or a little while has passed),
+    /// compare the entry with the files.
+    Profile {
+        name: String,
+        first_request_ns: Option<Arc<AtomicU64>>,
+    },
+}
+
+/// The checking thread: one job at a time, each with `profiles` held, so
+/// that it never overwrites what the daemon has just written.
+fn check_cache(jobs: std::sync::mpsc::Receiver<Check>, shared: &Shared, store: &Store) {
+    let mut log = std::io::stderr();
+    for job in jobs {
+        match job {
+            Check::All => {
+                let t = Instant::now();
+                let names: Vec<String> = std::fs::read_dir(store.root().join("profiles"))
+                    .map(|rd| {
+                        rd.flatten()
+                            .map(|e| e.file_name().to_string_lossy().into_owned())
+                            .filter(|n| store::valid_name(n))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                for n in &names {
+                    let _held = shared.profiles.lock().unwrap_or_else(|e| e.into_inner());
+                    refresh(shared, store, n, &mut log);
+                }
+                shared.cache.complete.store(true, Ordering::Release);
+                let (profiles, plans) = shared.cache.counts();
+                let _ = writeln!(
+                    log,
+                    "warmstart daemon: {profiles} profiles and {plans} plans in memory ({:.0} ms)",
+                    t.elapsed().as_secs_f64() * 1e3
+                );
+            }
+            Check::Profile {
+                name,
+                first_request_ns,
+            } => {
+                // Off the launch's critical path: its replay's first
+                // request, not this check, gets the disk first.
+                if let Some(first) = first_request_ns {
+                    let until = Instant::now() + Duration::from_millis(20);
+                    while first.load(Ordering::Relaxed) == 0 && Instant::now() < until {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                }
+                let _held = shared.profiles.lock().unwrap_or_else(|e| e.into_inner());
+                refresh(shared, store, &name, &mut log);
+            }
+        }
+    }
+}
+
+/// Brings `name`'s cache entry in line with the store (with `profiles`
+/// held). A corrupt profile is started over and a plan that does not load
+/// is reported and relearned, as when a launch finds them.
+fn refresh(shared: &Shared, store: &Store, name: &str, log: &mut dyn Write) {
+    let cache = &shared.cache;
+    let prof_st = file_stamp(&store.dir(name).join("profile.json"));
+    if prof_st.is_none() {
+        cache.remove(name);
+        return;
+    }
+    let plan_st = file_stamp(&store.plan_path(name));
+    let old = cache.get(name);
+    // The plan in memory is still the file's (a launch counted in
+    // `profile.json` by `warmstart run` leaves it alone).
+    let old_plan = old
+        .as_ref()
+        .and_then(|k| k.plan.clone())
+        .filter(|(_, st)| *st == plan_st);
+    if let Some(k) = &old {
+        let plan_ok = k.phase != Phase::Prefetching || old_plan.is_some();
+        if k.profile == Some(prof_st) && plan_ok {
+            return;
+        }
+    }
+    let mut prof = match store.load(name) {
+        Ok(Some(p)) => p,
+        Ok(None) => {
+            cache.remove(name);
+            return;
+        }
+        Err(e) => {
+            let _ = writeln!(log, "warmstart daemon: {e}; starting the profile over");
+            cache.remove(name);
+            let _ = store.forget(name);
+            return;
+        }
+    };
+    let plan = match prof.phase {
+        Phase::Prefetching => match old_plan.map_or_else(|| load_plan_stamped(store, name), Ok) {
+            Ok(plan) => Some(plan),
+            Err(why) => {
+                let _ = writeln!(
+                    log,
+                    "warmstart daemon: {why}; ignoring it and relearning {name}"
+                );
+                let mut report = LaunchReport::new(name, prof.phase);
+                prof.phase = Phase::Learning;
+                cache.put(&prof, None);
+                relearn(&mut prof, store, why, &mut report);
+                let _ = store.save(&mut prof);
+                cache.written(store, name);
+                return;
+            }
+        },
+        _ => None,
+    };
+    cache.lock().insert(
+        name.to_string(),
+        Known {
+            phase: prof.phase,
+            profile: Some(prof_st),
+            plan,
+        },
+    );
 }
 
 /// Runs until `stop` is set (SIGTERM/SIGINT in the binary).
@@ -410,7 +654,17 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
         status: Mutex::new(DaemonStatus::default()),
         learn: Mutex::new(load_learn_list(&store, log)),
         profiles: Mutex::new(HashMap::new()),
+        cache: Cache::default(),
     });
+    let (check, jobs) = std::sync::mpsc::channel();
+    let checker = {
+        let (shared, store) = (Arc::clone(&shared), store.clone());
+        std::thread::Builder::new()
+            .name("ws-cache".into())
+            .spawn(move || check_cache(jobs, &shared, &store))
+            .map_err(|e| Error::io(&dcfg.state_dir, e))?
+    };
+    let _ = check.send(Check::All);
     let control = {
         let (shared, store, d, cfg) = (
             Arc::clone(&shared),
@@ -489,7 +743,17 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
                     let decided = {
                         let learn = shared.learn.lock().unwrap_or_else(|e| e.into_inner());
                         decide(
-                            *tgid, &exe, *ts_ns, dcfg, &learn, &cfg, &store, me, &sessions, log,
+                            *tgid,
+                            &exe,
+                            *ts_ns,
+                            dcfg,
+                            &learn,
+                            &cfg,
+                            &store,
+                            &shared.cache,
+                            &check,
+                            me,
+                            &sessions,
                         )
                     };
                     if let Some((_, Some(l))) = &decided {
@@ -590,10 +854,12 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
                         "warmstart daemon: {}: launch not kept (forgotten or reset while it ran)",
                         s.name
                     );
-                } else if let Err(e) = finish_session(s, &store, &cfg, drops, &mut err) {
+                } else if let Err(e) =
+                    finish_session(s, &store, &shared.cache, &cfg, drops, &mut err)
+                {
                     let _ = writeln!(err, "warmstart daemon: {e}");
                 }
-                evict_lru(&store, max);
+                evict_lru(&store, &shared.cache, max);
             });
         }
         status.uptime_s = started.elapsed().as_secs_f64();
@@ -601,6 +867,7 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
         status.drops = rec.drops();
         status.exec_to_replay_us = percentiles(&latencies);
         status.exec_to_first_request_us = percentiles(&first_requests);
+        (status.profiles_in_memory, status.plans_in_memory) = shared.cache.counts();
         status.learn_list = shared
             .learn
             .lock()
@@ -618,6 +885,8 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
     shared.status.lock().unwrap_or_else(|e| e.into_inner()).pid = 0;
     let _ = std::os::unix::net::UnixStream::connect(&dcfg.socket);
     let _ = control.join();
+    drop(check);
+    let _ = checker.join();
     let _ = std::fs::remove_file(&dcfg.socket);
     Ok(())
 }
@@ -789,6 +1058,8 @@ fn handle(
                     continue;
                 }
                 let mut report = LaunchReport::new(&p.name, p.phase);
+                p.phase = Phase::Learning;
+                shared.cache.put(&p, None);
                 relearn(
                     &mut p,
                     store,
@@ -797,6 +1068,7 @@ fn handle(
                 );
                 p.audit_next = false;
                 if store.save(&mut p).is_ok() {
+                    shared.cache.written(store, &p.name);
                     profiles.insert(p.name.clone(), Instant::now());
                     reset.push(p.name);
                 }
@@ -841,6 +1113,7 @@ fn handle(
                     continue;
                 }
                 profiles.insert(n.clone(), Instant::now());
+                shared.cache.remove(&n);
                 match store.forget(&n) {
                     Ok(true) => forgotten.push(n),
                     Ok(false) => missing.push(n),
@@ -894,9 +1167,10 @@ fn decide(
     learn: &BTreeSet<String>,
     cfg: &Config,
     store: &Store,
+    cache: &Cache,
+    check: &std::sync::mpsc::Sender<Check>,
     me: u32,
     sessions: &HashMap<u32, Session>,
-    log: &mut dyn Write,
 ) -> Option<(Decision, Option<f64>)> {
     if tgid == me || exe.is_empty() {
         return None;
@@ -914,71 +1188,76 @@ fn decide(
         return None;
     }
     let name = profile_name(&argv);
-    let prof = match store.load(&name) {
-        Ok(p) => p.unwrap_or_else(|| Profile::new(&name, &argv)),
-        Err(e) => {
-            let _ = writeln!(log, "warmstart daemon: {e}; starting the profile over");
-            let _ = store.forget(&name);
-            Profile::new(&name, &argv)
-        }
-    };
-    let mode = match prof.phase {
-        Phase::Ignored => return None,
-        Phase::Learning => Mode::Learning,
-        Phase::Prefetching => match load_plan(store, &name) {
-            Ok(plan) => {
-                let replaying = sessions
-                    .values()
-                    .filter(|s| {
-                        matches!(
-                            s.mode,
-                            Mode::Prefetching {
-                                replay: Some(_),
-                                ..
-                            }
-                        )
-                    })
-                    .count();
-                let cancel = Arc::new(AtomicBool::new(false));
-                let requests = Arc::new(AtomicU64::new(0));
-                let first_request_ns = Arc::new(AtomicU64::new(0));
-                let plan = Box::new(plan);
-                let replay = (replaying < dcfg.max_concurrent_replays).then(|| {
-                    let plan = plan.clone();
-                    let opts = cfg.replay.clone();
-                    let (flag, requests, first) = (
-                        Arc::clone(&cancel),
-                        Arc::clone(&requests),
-                        Arc::clone(&first_request_ns),
-                    );
-                    std::thread::spawn(move || replay(&plan, opts, &flag, &requests, &first))
-                });
-                let latency = replay
-                    .as_ref()
-                    .map(|_| (monotonic_ns().saturating_sub(exec_ts_ns)) as f64 / 1e3);
-                let m = Mode::Prefetching {
-                    plan,
-                    replay,
-                    cancel,
-                    requests,
-                    first_request_ns,
-                };
-                return Some(((name, argv, m), latency));
-            }
-            Err(why) => {
-                let _ = writeln!(
-                    log,
-                    "warmstart daemon: {why}; ignoring it and relearning {name}"
-                );
-                let mut prof = prof;
-                let mut report = LaunchReport::new(&name, prof.phase);
-                relearn(&mut prof, store, why, &mut report);
-                let _ = store.save(&mut prof);
-                Mode::Learning
-            }
+    // From memory when the cache knows the profile (or knows there is
+    // none); from the store otherwise, leaving repairs to the checker.
+    let (phase, plan) = match cache.get(&name) {
+        Some(k) => (k.phase, k.plan.map(|(p, _)| p)),
+        None if cache.complete.load(Ordering::Acquire) => (Phase::Learning, None),
+        None => match store.load(&name) {
+            Ok(Some(p)) => (p.phase, None),
+            _ => (Phase::Learning, None),
         },
     };
-    Some(((name, argv, mode), None))
+    let plan = match (phase, plan) {
+        (Phase::Prefetching, None) => match load_plan(store, &name) {
+            Ok(p) => Some(Arc::new(p)),
+            // Reported and relearned by the checker, which reads it too.
+            Err(_) => None,
+        },
+        (_, plan) => plan,
+    };
+    let mut first_request = None;
+    let decided = match (phase, plan) {
+        (Phase::Ignored, _) => None,
+        (Phase::Prefetching, Some(plan)) => {
+            let replaying = sessions
+                .values()
+                .filter(|s| {
+                    matches!(
+                        s.mode,
+                        Mode::Prefetching {
+                            replay: Some(_),
+                            ..
+                        }
+                    )
+                })
+                .count();
+            let cancel = Arc::new(AtomicBool::new(false));
+            let requests = Arc::new(AtomicU64::new(0));
+            let first_request_ns = Arc::new(AtomicU64::new(0));
+            let replay = (replaying < dcfg.max_concurrent_replays).then(|| {
+                let plan = Arc::clone(&plan);
+                let opts = cfg.replay.clone();
+                let (flag, requests, first) = (
+                    Arc::clone(&cancel),
+                    Arc::clone(&requests),
+                    Arc::clone(&first_request_ns),
+                );
+                std::thread::spawn(move || replay(&plan, opts, &flag, &requests, &first))
+            });
+            let latency = replay
+                .as_ref()
+                .map(|_| (monotonic_ns().saturating_sub(exec_ts_ns)) as f64 / 1e3);
+            if replay.is_some() {
+                first_request = Some(Arc::clone(&first_request_ns));
+            }
+            let m = Mode::Prefetching {
+                plan,
+                replay,
+                cancel,
+                requests,
+                first_request_ns,
+            };
+            Some(((name.clone(), argv, m), latency))
+        }
+        _ => Some(((name.clone(), argv, Mode::Learning), None)),
+    };
+    // The replay is on its way: now compare what was used with the store.
+    let _ = check.send(Check::Profile {
+        name,
+        first_request_ns: first_request,
+    });
+    decided
 }
 
 /// One launch's replay, on its own thread: stops when `cancel` is set,
@@ -1026,10 +1305,12 @@ fn new_session(tgid: u32, name: String, argv: Vec<String>, mode: Mode, exec_ts_n
     }
 }
 
-/// Builds the launch's trace and updates its profile.
+/// Builds the launch's trace and updates its profile (and the cache:
+/// called with `Shared::profiles` held).
 fn finish_session(
     s: Session,
     store: &Store,
+    cache: &Cache,
     cfg: &Config,
     drops: u64,
     log: &mut dyn Write,
@@ -1080,12 +1361,26 @@ fn finish_session(
         }
     }
     report.phase_after = prof.phase;
+    // Still prefetching: the plan in memory, if it is still the file's (the
+    // checker sees to that); a new plan is read back once (from the page
+    // cache: it was just written).
+    let plan = if prof.phase == Phase::Prefetching {
+        cache
+            .get(&s.name)
+            .and_then(|k| k.plan)
+            .filter(|_| report.compiled.is_none())
+            .or_else(|| load_plan_stamped(store, &s.name).ok())
+    } else {
+        None
+    };
     // The report first: whoever sees the launch counted in the profile
     // finds this launch's report.
     let json = serde_json::to_vec_pretty(&report).expect("serializes");
     let _ = std::fs::create_dir_all(store.dir(&s.name));
     let _ = store::write_atomic(&store.dir(&s.name).join("last-launch.json"), &json);
+    cache.put(&prof, plan);
     store.save(&mut prof)?;
+    cache.written(store, &s.name);
     let _ = writeln!(
         log,
         "warmstart daemon: {} {:?} -> {:?}{}{}",
@@ -1105,7 +1400,7 @@ fn finish_session(
 
 /// Keeps the store under `max` bytes by forgetting the least recently used
 /// profiles.
-fn evict_lru(store: &Store, max: u64) {
+fn evict_lru(store: &Store, cache: &Cache, max: u64) {
     let mut sizes: BTreeMap<u64, (String, u64)> = BTreeMap::new();
     let mut total = 0;
     for p in store.list().into_iter().flatten() {
@@ -1124,6 +1419,7 @@ fn evict_lru(store: &Store, max: u64) {
         if total <= max {
             break;
         }
+        cache.remove(&name);
         let _ = store.forget(&name);
         total -= size;
     }
@@ -1241,6 +1537,12 @@ mod tests {
                 Path::new("/")
             ),
             "/usr/bin/gimp"
+        );
+        let inline = ["python3".into(), "-c".into(), "app.py".into()];
+        assert_eq!(
+            policy_path("/usr/bin/python3.11", &inline, d.path()),
+            "/usr/bin/python3.11",
+            "-c takes code, not a script"
         );
         assert_eq!(percentiles(&[3.0, 1.0, 2.0]), [2.0, 3.0, 3.0]);
     }

@@ -225,6 +225,19 @@ fn until_prefetching(
     panic!("no plan for {prefix} after four launches");
 }
 
+/// The profile's last launch was recorded to learn, not prefetched: the
+/// daemon decided it from what it knows of the profile (the phase in
+/// `last-launch.json` is the one read when the launch ended).
+fn assert_learned(profile: &Path) {
+    let report = json(&profile.join("last-launch.json"));
+    assert!(
+        report["phase_before"] == "learning"
+            && report["miss_ratio"].is_null()
+            && report["replay"].is_null(),
+        "the launch was prefetched: {report}"
+    );
+}
+
 /// Whether the daemon follows `pid` as a prefetched launch whose replay
 /// has issued its whole schedule.
 fn replay_issued(d: &Daemon, pid: u32) -> bool {
@@ -259,9 +272,10 @@ fn root_daemon_learns_prefetches_relearns_and_obeys_policy() {
     let dir = until_prefetching(&fs, &state, &fx, "ws-launch-fixture", &mut count);
     assert!(count >= 2, "two launches are recorded before a plan");
 
-    // The next launch is prefetched from its exec on, and audited by the
-    // daemon's own recording. It is held at its exec until the daemon's
-    // replay has issued the plan: whether a replay that starts at exec
+    // The next launch is prefetched from its exec on (the daemon has the
+    // plan it just compiled in memory: no state file is read at the exec),
+    // and audited by the daemon's own recording. It is held at its exec
+    // until the daemon's replay has issued the plan: whether a replay that starts at exec
     // beats a program's first reads is a race on a shared machine (its
     // latency is measured and reported below, and in docs/daemon.md);
     // what is asserted is that the daemon recognised the launch,
@@ -358,6 +372,17 @@ fn root_daemon_learns_prefetches_relearns_and_obeys_policy() {
         log.contains("checksum") && log.contains("relearning"),
         "{log}"
     );
+    // The launch that found it may have used the plan the daemon had in
+    // memory (it checks the store once the replay has started); the next
+    // one sees the change.
+    run_ok(Command::new(&fx).arg("run").arg(&fs.mnt));
+    count += 1;
+    wait_for(
+        "the launch after the corrupt plan",
+        Duration::from_secs(15),
+        || launches(&dir) == count,
+    );
+    assert_learned(&dir);
 
     // A denied program is never traced, and `learn` does not override it.
     run_ok(Command::new(&denied).arg("run").arg(&fs.mnt));
@@ -445,6 +470,14 @@ fn root_daemon_learn_forget_restart_crash_and_exec_chains() {
     );
     assert_eq!(json(&other_prof.join("profile.json"))["phase"], "learning");
     assert!(!other_prof.join("plan").exists());
+    // ... and the daemon, which keeps profiles and plans in memory, knows
+    // it at once: the next launch is learned, not prefetched.
+    let before = launches(&other_prof);
+    run_ok(Command::new(&other).arg("run").arg(&fs.mnt));
+    wait_for("the relearned launch", Duration::from_secs(15), || {
+        launches(&other_prof) == before + 1
+    });
+    assert_learned(&other_prof);
 
     // An exec chain is named by the program it ends in: a launcher
     // script that execs the fixture is a launch of the fixture.
@@ -510,6 +543,20 @@ fn root_daemon_learn_forget_restart_crash_and_exec_chains() {
         || std::fs::read_to_string(&d.log).is_ok_and(|l| l.contains("not kept")),
     );
     assert!(!fx_prof.exists(), "a forgotten profile came back");
+    // Forgotten with no launch in progress: the daemon drops what it
+    // keeps in memory too, so the next launch is learned afresh, not
+    // prefetched with the plan it had.
+    let mut count = 0;
+    let fx_prof = until_prefetching(&fs, &state, &fx, "ws-launch-fixture", &mut count);
+    let out = d.cli("forget", &[&name]);
+    assert!(out.status.success());
+    run_ok(Command::new(&fx).arg("run").arg(&fs.mnt));
+    wait_for(
+        "the launch after forgetting",
+        Duration::from_secs(15),
+        || fx_prof.exists() && launches(&fx_prof) == 1,
+    );
+    assert_learned(&fx_prof);
 
     // A crash of the daemon leaves a launch it follows alone.
     fs.evict();
