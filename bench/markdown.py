@@ -66,6 +66,8 @@ def main(path):
         name = f"**{sc}**" if sc == "warmstart" else sc
         print(f"| {name} | {pct(mean)} | " + " | ".join(pct(v) for v in per) + " |")
     print()
+    if not any(x["scenario"] in PEERS for p in d["programs"] for x in p["summary"]):
+        return
     print("### warmstart against each peer, program by program\n")
     for peer in PEERS:
         wins, losses = [], []
