@@ -1,5 +1,6 @@
 //! `warmstart run`: one launch through the launch manager.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -606,6 +607,8 @@ fn looks_warm(plan: &Plan) -> bool {
     // process maps them) and are many small entries, so sampling entries
     // once called a cold launch of the fixture warm and skipped its replay.
     let backend = RealBackend::new();
+    // Samples often land in the same large file: open each file once.
+    let mut open: HashMap<u32, _> = HashMap::new();
     let (mut resident, mut pages) = (0u64, 0u64);
     let (mut i, mut before) = (0usize, 0u64);
     for k in 0..SAMPLES {
@@ -617,11 +620,17 @@ fn looks_warm(plan: &Plan) -> bool {
         let (file, offset, len) = data[i];
         let start = offset + (at - before);
         let len = WINDOW.min(offset + len - start);
-        let path = Path::new(&plan.files[file as usize].path);
-        let Ok((h, _)) = backend.open_file(path) else {
-            return false;
+        let h = match open.entry(file) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let path = Path::new(&plan.files[file as usize].path);
+                let Ok((h, _)) = backend.open_file(path) else {
+                    return false;
+                };
+                e.insert(h)
+            }
         };
-        let Ok(r) = backend.residency(&h, start, len) else {
+        let Ok(r) = backend.residency(h, start, len) else {
             return false;
         };
         resident += r.resident;
