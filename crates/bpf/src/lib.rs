@@ -124,6 +124,14 @@ impl Recorder {
             let section = prog.section().to_string_lossy().into_owned();
             let required = section.contains("mm_filemap_add_to_page_cache")
                 || section.starts_with("tp_btf/sched_process");
+            // A program that would return at once is not attached at all:
+            // sys_enter/sys_exit run on every system call of the machine.
+            let unwanted = (!opts.namespace && section.starts_with("tp_btf/sys_"))
+                || (!opts.uses && !required && section.starts_with("tp_btf/mm_filemap_"));
+            if unwanted {
+                prog.set_autoload(false);
+                continue;
+            }
             if !probe::hook_available(&section) {
                 if required {
                     return Err(Error::MissingTracepoint(section));

@@ -82,7 +82,13 @@ struct {
 
 /*
  * Page-use dedup: a read() loop hits filemap_get_pages for the same pages
- * over and over; only the first use of a page range matters for ordering.
+ * over and over, one call after the other; only the first use of a page
+ * range matters for ordering. Each CPU remembers its last few uses and
+ * drops exact repeats. This used to be a 32k-entry LRU hash: on a program
+ * doing random reads every use is new, and inserting it (evicting another)
+ * cost more than everything else the program does per page (1.26 us of
+ * 0.6 us per call measured with bpf_stats). Repeats that are further apart
+ * reach user space, which merges them anyway.
  */
 struct use_key {
 	u64 ino;
@@ -92,12 +98,17 @@ struct use_key {
 	u32 tgid; /* per process, so a long-lived recorder still sees each launch */
 	u32 _pad;
 };
+#define RECENT_USES 4
+struct recent_uses {
+	struct use_key k[RECENT_USES];
+	u32 next;
+};
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 32768);
-	__type(key, struct use_key);
-	__type(value, u8);
-} seen_use SEC(".maps");
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct recent_uses);
+} recent_use SEC(".maps");
 
 /* Path syscalls in flight: user pointer to the path and which op it is. */
 struct inflight {
@@ -164,17 +175,24 @@ static __always_inline void emit_page(u32 kind, u32 dev, u64 ino, u64 index, u64
 	bpf_ringbuf_submit(e, WAKE_LATER);
 }
 
+/* Callers have checked trace_uses and is_tracked(). */
 static __always_inline void page_use(u32 kind, u32 dev, u64 ino, u64 index, u64 last)
 {
-	if (!trace_uses || !is_tracked())
-		return;
 	u64 count = last >= index ? last - index + 1 : 1;
 	struct use_key k = { .ino = ino, .index = index, .dev = dev, .count = (u32)count,
 			     .tgid = bpf_get_current_pid_tgid() >> 32 };
-	u8 one = 1;
-	if (bpf_map_lookup_elem(&seen_use, &k))
-		return;
-	bpf_map_update_elem(&seen_use, &k, &one, BPF_ANY);
+	u32 zero = 0;
+	struct recent_uses *r = bpf_map_lookup_elem(&recent_use, &zero);
+	if (r) {
+		for (int i = 0; i < RECENT_USES; i++) {
+			struct use_key *o = &r->k[i];
+			if (o->ino == k.ino && o->index == k.index && o->dev == k.dev &&
+			    o->count == k.count && o->tgid == k.tgid)
+				return;
+		}
+		r->k[r->next % RECENT_USES] = k;
+		r->next++;
+	}
 	emit_page(kind, dev, ino, index, count);
 }
 
@@ -418,10 +436,9 @@ int BPF_PROG(handle_exec, struct task_struct *p, pid_t old_pid, struct linux_bin
 
 /* ---- path syscalls ---- */
 
+/* sys_enter has checked trace_namespace and is_tracked(). */
 static __always_inline int path_enter(u64 ptr, int op)
 {
-	if (!trace_namespace || !is_tracked())
-		return 0;
 	struct inflight v = { .path_ptr = ptr, .op = op };
 	u64 id = bpf_get_current_pid_tgid();
 	bpf_map_update_elem(&inflight, &id, &v, BPF_ANY);
