@@ -9,7 +9,8 @@ pub mod probe;
 mod tracefs;
 
 use std::mem::MaybeUninit;
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
@@ -91,6 +92,8 @@ pub struct Recorder {
     skel: RecordSkel<'static>,
     ring: RingBuffer<'static>,
     rx: mpsc::Receiver<Event>,
+    /// The ring buffer's callback stopped consuming after an exec.
+    stopped: Arc<AtomicBool>,
     /// Tracepoints the probe switched off on this kernel.
     pub disabled: Vec<String>,
 }
@@ -144,11 +147,24 @@ impl Recorder {
         skel.attach().map_err(bpf_err("attach"))?;
 
         let (tx, rx) = mpsc::channel();
+        let stopped = Arc::new(AtomicBool::new(false));
+        let stop = Arc::clone(&stopped);
         let mut builder = RingBufferBuilder::new();
         builder
             .add(&skel.maps.events, move |data: &[u8]| {
-                if let Some(ev) = Event::decode(data) {
-                    let _ = tx.send(ev);
+                let Some(ev) = Event::decode(data) else {
+                    return 0;
+                };
+                let exec = matches!(ev, Event::Exec { .. });
+                let _ = tx.send(ev);
+                if exec {
+                    // Hand the exec over now: a launch's exec is followed
+                    // at once by hundreds of its page records, and
+                    // draining them first held the daemon's replay back
+                    // by ~2 ms. A negative return makes libbpf stop after
+                    // this record; the next poll goes on from the next.
+                    stop.store(true, Ordering::Relaxed);
+                    return -libc::ECANCELED;
                 }
                 0
             })
@@ -158,6 +174,7 @@ impl Recorder {
             skel,
             ring,
             rx,
+            stopped,
             disabled,
         })
     }
@@ -181,23 +198,43 @@ impl Recorder {
     /// Most records are written without waking the reader (see WAKE_LATER
     /// in record.bpf.c), so this returns early only for fork, exec and exit,
     /// and otherwise after `timeout` with everything written meanwhile.
+    /// An exec ends the batch: it is returned with what came before it,
+    /// and the records after it wait for the next call.
     pub fn poll(&self, timeout: Duration, out: &mut Vec<Event>) -> Result<(), Error> {
-        match self.ring.poll(timeout) {
-            // A signal (the wrapper forwards them) is not a failure.
-            Err(e) if matches!(e.kind(), libbpf_rs::ErrorKind::Interrupted) => {}
-            r => r.map_err(bpf_err("poll"))?,
+        let polled = self.ring.poll(timeout);
+        if !self.stopped_at_exec() {
+            match polled {
+                // A signal (the wrapper forwards them) is not a failure.
+                Err(e) if matches!(e.kind(), libbpf_rs::ErrorKind::Interrupted) => {}
+                r => r.map_err(bpf_err("poll"))?,
+            }
+            // epoll reports nothing for records written without a wake-up.
+            let consumed = self.ring.consume();
+            if !self.stopped_at_exec() {
+                consumed.map_err(bpf_err("consume"))?;
+            }
         }
-        // epoll reports nothing for records written without a wake-up.
-        self.ring.consume().map_err(bpf_err("consume"))?;
         out.extend(self.rx.try_iter());
         Ok(())
     }
 
     /// Drains everything still in the ring buffer.
     pub fn drain(&self, out: &mut Vec<Event>) -> Result<(), Error> {
-        self.ring.consume().map_err(bpf_err("consume"))?;
+        loop {
+            let consumed = self.ring.consume();
+            if !self.stopped_at_exec() {
+                consumed.map_err(bpf_err("consume"))?;
+                break;
+            }
+        }
         out.extend(self.rx.try_iter());
         Ok(())
+    }
+
+    /// Whether the last consumption stopped early after an exec (and
+    /// clears it).
+    fn stopped_at_exec(&self) -> bool {
+        self.stopped.swap(false, Ordering::Relaxed)
     }
 
     /// Records the kernel had to drop because the ring buffer was full.

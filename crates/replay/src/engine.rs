@@ -116,6 +116,8 @@ pub struct Engine<'b, B: Backend> {
     opts: Options,
     cancel: Arc<AtomicBool>,
     progress: Arc<AtomicU64>,
+    first_started: Arc<AtomicU64>,
+    first_issued: Arc<AtomicU64>,
 }
 
 impl<'b, B: Backend> Engine<'b, B> {
@@ -134,6 +136,8 @@ impl<'b, B: Backend> Engine<'b, B> {
             opts,
             cancel: Arc::new(AtomicBool::new(false)),
             progress: Arc::new(AtomicU64::new(0)),
+            first_started: Arc::new(AtomicU64::new(0)),
+            first_issued: Arc::new(AtomicU64::new(0)),
         })
     }
 
@@ -156,6 +160,43 @@ impl<'b, B: Backend> Engine<'b, B> {
         Arc::clone(&self.progress)
     }
 
+    /// Uses `flag` as the [`cancel_flag`](Self::cancel_flag).
+    pub fn share_cancel(mut self, flag: Arc<AtomicBool>) -> Self {
+        self.cancel = flag;
+        self
+    }
+
+    /// Publishes into these instead of the engine's own counters:
+    /// [`progress`](Self::progress), [`first_started`](Self::first_started)
+    /// and [`first_issued`](Self::first_issued). The daemon hands its own
+    /// in, so no thread has to copy them while the replay runs.
+    pub fn share_progress(
+        mut self,
+        progress: Arc<AtomicU64>,
+        first_started: Arc<AtomicU64>,
+        first_issued: Arc<AtomicU64>,
+    ) -> Self {
+        self.progress = progress;
+        self.first_started = first_started;
+        self.first_issued = first_issued;
+        self
+    }
+
+    /// When the first request was issued (its `fadvise` or `readahead`
+    /// returned), in `CLOCK_MONOTONIC` nanoseconds; 0 until then.
+    pub fn first_issued(&self) -> Arc<AtomicU64> {
+        Arc::clone(&self.first_issued)
+    }
+
+    /// When a worker started on the first entry of [`run`](Self::run)
+    /// (opening its file, or the lookup), in `CLOCK_MONOTONIC` nanoseconds
+    /// (the clock of the kernel's event timestamps); 0 until then. The
+    /// daemon measures from a launch's exec to this and to the first
+    /// request issued ([`progress`](Self::progress) turning 1).
+    pub fn first_started(&self) -> Arc<AtomicU64> {
+        Arc::clone(&self.first_started)
+    }
+
     /// Replays `plan`: issues its schedule, then optionally waits for
     /// residency. Fails only on an invalid plan, unreadable memory state at
     /// start, or a worker thread that cannot be started; everything else is
@@ -170,6 +211,8 @@ impl<'b, B: Backend> Engine<'b, B> {
             .unwrap_or_else(|| Options::default_memory_floor(mem.total));
         let mut state = State::new(self.backend, plan, &self.opts);
         state.progress = Some(Arc::clone(&self.progress));
+        state.first_started = Some(Arc::clone(&self.first_started));
+        state.first_issued = Some(Arc::clone(&self.first_issued));
         let setup = t0.elapsed();
 
         let t1 = Instant::now();
@@ -236,15 +279,24 @@ impl<'b, B: Backend> Engine<'b, B> {
         let (tx, rx) = sync_channel::<Work>(self.opts.queue_depth);
         let rx = Mutex::new(rx);
         thread::scope(|s| {
-            for i in 0..self.opts.workers {
-                let spawned = thread::Builder::new()
-                    .name(format!("ws-replay-{i}"))
-                    .spawn_scoped(s, || self.worker(state, &rx));
-                if let Err(source) = spawned {
-                    // Dropping `tx` on return lets the started workers exit.
-                    return Err(ReplayError::Thread { source });
+            // Workers are started one per request until all run, so the
+            // first request is being worked on while the others start
+            // (each start is tens of microseconds, and the daemon measures
+            // from the exec to the first request).
+            let mut started = 0usize;
+            let mut spawn_error = None;
+            let mut start_worker = || {
+                if started < self.opts.workers && spawn_error.is_none() {
+                    let spawned = thread::Builder::new()
+                        .name(format!("ws-replay-{started}"))
+                        .spawn_scoped(s, || self.worker(state, &rx));
+                    match spawned {
+                        Ok(_) => started += 1,
+                        Err(source) => spawn_error = Some(source),
+                    }
                 }
-            }
+                started > 0
+            };
             let total = plan.data_bytes() + plan.meta_bytes();
             let mut dispatched = 0u64;
             for (i, entry) in plan.entries.iter().enumerate() {
@@ -258,7 +310,9 @@ impl<'b, B: Backend> Engine<'b, B> {
                     break;
                 }
                 // A large entry is many requests: stop between them too.
-                let send = |w: Work| !self.cancel.load(Ordering::Relaxed) && tx.send(w).is_ok();
+                let mut send = |w: Work| {
+                    !self.cancel.load(Ordering::Relaxed) && start_worker() && tx.send(w).is_ok()
+                };
                 let sent = match *entry {
                     Entry::Data { file, offset, len } => {
                         let chunk = state.files[file as usize].chunk;
@@ -298,7 +352,12 @@ impl<'b, B: Backend> Engine<'b, B> {
                 dispatched += entry_bytes(entry);
             }
             drop(tx);
-            Ok(())
+            match spawn_error {
+                // Not one worker: nothing was issued.
+                Some(source) if started == 0 => Err(ReplayError::Thread { source }),
+                // Fewer workers than asked for still replay the plan.
+                _ => Ok(()),
+            }
         })
     }
 
@@ -506,6 +565,8 @@ struct State<'a, B: Backend> {
     requests: AtomicU64,
     /// The engine's progress counter, shared with the launch manager.
     progress: Option<Arc<AtomicU64>>,
+    first_started: Option<Arc<AtomicU64>>,
+    first_issued: Option<Arc<AtomicU64>>,
     files_opened: AtomicU64,
     failed_requests: AtomicU64,
     errors: Mutex<(Vec<String>, u64)>,
@@ -571,6 +632,8 @@ impl<'a, B: Backend> State<'a, B> {
             lookups: Mutex::new(LookupCounts::default()),
             requests: AtomicU64::new(0),
             progress: None,
+            first_started: None,
+            first_issued: None,
             files_opened: AtomicU64::new(0),
             failed_requests: AtomicU64::new(0),
             errors: Mutex::new((Vec::new(), 0)),
@@ -590,7 +653,24 @@ impl<'a, B: Backend> State<'a, B> {
         }
     }
 
+    /// Counts an issued request in the shared progress, stamping the first.
+    fn issued_one(&self) {
+        if let Some(p) = &self.progress {
+            if p.fetch_add(1, Ordering::Relaxed) == 0 {
+                if let Some(f) = &self.first_issued {
+                    let _ =
+                        f.compare_exchange(0, monotonic_ns(), Ordering::Relaxed, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
     fn execute(&self, w: Work) {
+        if let Some(f) = &self.first_started {
+            if f.load(Ordering::Relaxed) == 0 {
+                let _ = f.compare_exchange(0, monotonic_ns(), Ordering::Relaxed, Ordering::Relaxed);
+            }
+        }
         match w {
             Work::Data {
                 file,
@@ -618,9 +698,7 @@ impl<'a, B: Backend> State<'a, B> {
             match res {
                 Ok(()) => {
                     self.requests.fetch_add(1, Ordering::Relaxed);
-                    if let Some(p) = &self.progress {
-                        p.fetch_add(1, Ordering::Relaxed);
-                    }
+                    self.issued_one();
                     let mut c = lock(&self.data);
                     c.bytes += len;
                     c.entries += u64::from(first);
@@ -725,9 +803,7 @@ impl<'a, B: Backend> State<'a, B> {
         });
         if issued {
             self.requests.fetch_add(1, Ordering::Relaxed);
-            if let Some(p) = &self.progress {
-                p.fetch_add(1, Ordering::Relaxed);
-            }
+            self.issued_one();
             let mut c = lock(&self.meta);
             c.bytes += len;
             c.entries += u64::from(first);
@@ -893,6 +969,18 @@ fn nanos(d: Duration) -> u64 {
 /// itself is re-raised by `thread::scope`.
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds: the clock BPF's `bpf_ktime_get_ns`
+/// stamps events with.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec we pass.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 #[cfg(test)]

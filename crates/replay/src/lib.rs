@@ -28,7 +28,7 @@ mod real;
 mod report;
 
 pub use backend::{Backend, IoPriority, LookupOutcome, MemInfo, Residency};
-pub use engine::{replay, Engine, Options};
+pub use engine::{monotonic_ns, replay, Engine, Options};
 pub use error::{dev_name, ReplayError};
 pub use mock::MockBackend;
 pub use real::{parse_meminfo, read_ahead_bytes, RealBackend, RealHandle};

@@ -651,12 +651,14 @@ fn wait_skips_files_that_changed_meanwhile() {
 
 #[test]
 fn io_priority_is_set_on_every_worker() {
-    let b = MockBackend::new();
+    // Workers start as requests are dispatched: six requests start all 3.
+    let b = MockBackend::new().with_file("/a", id(1));
     let o = Options {
         io_priority: Some(IoPriority::Idle),
         ..opts(3)
     };
-    replay(&plan(&[], &[], vec![]), &o, &b).unwrap();
+    let entries = (0..6u64).map(|i| data(0, i * 4 * K, 4 * K)).collect();
+    replay(&plan(&[("/a", id(1))], &[], entries), &o, &b).unwrap();
     let n = b
         .calls()
         .iter()
