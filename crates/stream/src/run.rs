@@ -527,6 +527,15 @@ impl<'a> Session<'a> {
             }
         }
         self.random_rate = random;
+        // Name the files read since the last interval (for the report),
+        // while the processes that read them are still there to ask.
+        if self
+            .files
+            .values()
+            .any(|st| st.path.is_none() && st.used.len() > 0)
+        {
+            self.resolve_paths();
+        }
         for st in self.files.values_mut() {
             st.pattern = None;
             st.unnamed = false;
@@ -657,12 +666,21 @@ impl<'a> Session<'a> {
             .ceiling
             .or_else(|| self.measuring.as_ref().and_then(|rx| rx.try_recv().ok()))
             .unwrap_or(0);
-        for st in std::mem::take(&mut self.files).into_values() {
-            if st.used.len() == 0 || st.path.is_none() {
+        for ((dev, ino), st) in std::mem::take(&mut self.files) {
+            if st.used.len() == 0 {
                 continue;
             }
+            // A file read and closed between two intervals has no name.
+            let path = st.path.unwrap_or_else(|| {
+                let d = kdev_to_user(dev as u64);
+                format!(
+                    "(inode {ino} on device {}:{})",
+                    libc::major(d),
+                    libc::minor(d)
+                )
+            });
             let fr = FileReport {
-                path: st.path.unwrap_or_default(),
+                path,
                 pattern: st.pattern.map(|p| format!("{p:?}")),
                 used: st.used.len(),
                 prefetched: st.prefetched,
