@@ -218,6 +218,11 @@ pub struct CompileReport {
     /// file, or of a path whose inode a newer trace gives another path.
     pub bytes_stale: u64,
     pub files_stale: u32,
+    /// Kept bytes of files changed while their newest launch ran (their
+    /// ctime is later than its start): outputs and logs, which the next
+    /// launch finds changed. Dropped.
+    pub bytes_written: u64,
+    pub files_written: u32,
     /// Kept bytes of files under excluded prefixes.
     pub bytes_excluded: u64,
     pub files_excluded: u32,
@@ -329,6 +334,19 @@ pub fn compile(
             dropped[loser] = true;
             report.files_stale += 1;
             report.bytes_stale += slot_kept[loser];
+        }
+    }
+    // A file changed while its newest launch ran (an output the program
+    // wrote, like `cc -o`, or a log) has, at the end, an identity the next
+    // launch will not find: the replay would skip it as changed every
+    // time. Its ctime says so: later than the launch's start (plus the
+    // start's millisecond, which is all the trace keeps of it).
+    for (key, slot) in slots.iter().enumerate() {
+        let start_ns = traces[slot.newest].meta.started_unix_ms as i64 * 1_000_000;
+        if slot_kept[key] > 0 && !dropped[key] && slot.id.ctime_ns > start_ns + 1_000_000 {
+            dropped[key] = true;
+            report.files_written += 1;
+            report.bytes_written += slot_kept[key];
         }
     }
     data.retain(|r| !dropped[r.key as usize]);
@@ -1173,6 +1191,32 @@ mod tests {
         assert_eq!(c.report.empty, None);
     }
 
+    /// An output the launch wrote (ctime after its start) is left out: the
+    /// next launch would find it changed. A file changed before the start,
+    /// or in the start's own millisecond, is kept.
+    #[test]
+    fn files_changed_while_the_launch_ran_are_left_out() {
+        let started_ms = 1_700_000_000_000u64;
+        let start_ns = started_ms as i64 * 1_000_000;
+        let mut b = t()
+            .file("/usr/bin/cc", 1, &[(0, 4, 0)])
+            .file("/tmp/out.o", 2, &[(0, 2, 1)])
+            .file("/etc/conf", 3, &[(0, 1, 2)]);
+        b.0.meta.started_unix_ms = started_ms;
+        for (f, ctime) in b.0.files.iter_mut().zip([
+            start_ns - 5_000_000_000,
+            start_ns + 250_000_000,
+            start_ns + 400_000,
+        ]) {
+            f.id.ctime_ns = ctime;
+        }
+        let c = run(&[b.done()], &plain());
+        let paths: Vec<&str> = c.plan.files.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(paths, vec!["/usr/bin/cc", "/etc/conf"]);
+        assert_eq!((c.report.files_written, c.report.bytes_written), (1, 2 * P));
+        assert_eq!(c.plan.data_bytes(), 5 * P);
+    }
+
     #[test]
     fn file_identity_and_naming() {
         let traces = vec![
@@ -1841,6 +1885,8 @@ mod tests {
         for m in 0..600u64 {
             b = b.meta(0x10300, 30_000_000 + m * 513, 1, m * 2);
         }
+        // Recorded after the files last changed.
+        b.0.meta.started_unix_ms = 1_700_000_100_000;
         let c = run(&[b.done()], &CompileOptions::default());
         assert_eq!((c.plan.files.len(), c.plan.lookups.len()), (300, 100));
         // About 75 bytes a file, 50 a lookup, 8 a data and 12 a metadata

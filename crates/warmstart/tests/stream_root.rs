@@ -62,11 +62,13 @@ fn stream_scan(big: &Path, chunk_kb: &str, order: &str) -> (serde_json::Value, s
 fn assert_ahead(r: &serde_json::Value, file: &serde_json::Value, used: u64, pattern: &str) {
     let self_read = file["app_read"].as_u64().unwrap();
     // The reader starts at once; what it read before the recorder was
-    // attached (tens of ms: a chunk or two) is not seen.
+    // attached is not seen: tens of ms (a chunk or two) as a rule, but
+    // up to 0.6 s was seen with a debug build evicted from the cache by
+    // another program's cache drops. The reader runs for 2.6 s.
     let seen = file["used"].as_u64().unwrap();
     assert!(
-        seen <= used && seen * 10 >= used * 9,
-        "the pages read after the recorder attached were all seen: {file}"
+        seen <= used && seen * 2 >= used,
+        "the pages read after the recorder attached were seen: {file}"
     );
     let used = seen;
     assert_eq!(file["pattern"], pattern, "{file}");

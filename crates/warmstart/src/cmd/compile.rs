@@ -47,6 +47,13 @@ pub fn run(args: CompileArgs, quiet: bool) -> Result<i32> {
                 human_bytes(p.bytes_after)
             );
         }
+        if r.files_written > 0 {
+            eprintln!(
+                "warmstart: left out {} file(s), {}, changed while the launch ran (outputs, logs)",
+                r.files_written,
+                human_bytes(r.bytes_written)
+            );
+        }
         if let Some(why) = &r.empty {
             eprintln!("warmstart: the plan is empty: {why:?}");
         }
