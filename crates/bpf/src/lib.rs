@@ -188,6 +188,17 @@ impl Recorder {
             .map_err(bpf_err("map update"))
     }
 
+    /// Keeps following a process's tree (fork, exec, exit, and its
+    /// future children the same way) but records none of its pages or
+    /// path operations: a launch the daemon prefetches without auditing.
+    pub fn track_tree_only(&self, tgid: u32) -> Result<(), Error> {
+        self.skel
+            .maps
+            .tracked
+            .update(&tgid.to_ne_bytes(), &[2u8], MapFlags::ANY)
+            .map_err(bpf_err("map update"))
+    }
+
     /// Stops tracing a process (its future children are not followed).
     pub fn untrack(&self, tgid: u32) {
         let _ = self.skel.maps.tracked.delete(&tgid.to_ne_bytes());

@@ -369,6 +369,9 @@ enum Mode {
         first_request_ns: Arc<AtomicU64>,
         /// When a worker started on the first entry (monotonic ns).
         first_start_ns: Arc<AtomicU64>,
+        /// Recorded in full for the audit; otherwise only its process
+        /// tree is followed.
+        audited: bool,
     },
 }
 
@@ -431,6 +434,20 @@ struct Known {
     /// A prefetching profile's plan and the stamp of its file. `None` with
     /// `Prefetching`: not in memory, read it from the store.
     plan: Option<(Arc<Plan>, FileStamp)>,
+    /// The profile's audit schedule: whether the next launch is audited.
+    audit_next: bool,
+    launches_since_audit: u64,
+}
+
+impl Known {
+    /// Whether the next prefetched launch is recorded in full and judged
+    /// on its exact miss ratio: when the profile asks for it (its first
+    /// prefetched launch, or after a miss) and every `nchk`-th launch.
+    /// The others are followed as a process tree only, so the daemon
+    /// spends no CPU on their pages.
+    fn audit_due(&self, nchk: u64) -> bool {
+        self.audit_next || self.launches_since_audit + 1 >= nchk
+    }
 }
 
 /// Profiles' phases and plans, so that deciding a launch and starting its
@@ -472,6 +489,8 @@ impl Cache {
                 phase: prof.phase,
                 profile: None,
                 plan,
+                audit_next: prof.audit_next,
+                launches_since_audit: prof.launches_since_audit,
             },
         );
     }
@@ -619,6 +638,8 @@ fn refresh(shared: &Shared, store: &Store, name: &str, log: &mut dyn Write) {
             phase: prof.phase,
             profile: Some(prof_st),
             plan,
+            audit_next: prof.audit_next,
+            launches_since_audit: prof.launches_since_audit,
         },
     );
 }
@@ -781,6 +802,11 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
                             if s.name != name {
                                 stop_replay(&s.mode);
                                 (s.name, s.argv, s.mode, s.exec_ts_ns) = (name, argv, mode, *ts_ns);
+                                if !s.recorded() {
+                                    for m in &s.members {
+                                        let _ = rec.track_tree_only(*m);
+                                    }
+                                }
                             }
                         }
                         (Some(_), None) => {
@@ -794,7 +820,11 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
                         }
                         (None, Some(((name, argv, mode), _))) => {
                             owner.insert(*tgid, *tgid);
-                            sessions.insert(*tgid, new_session(*tgid, name, argv, mode, *ts_ns));
+                            let s = new_session(*tgid, name, argv, mode, *ts_ns);
+                            if !s.recorded() {
+                                let _ = rec.track_tree_only(*tgid);
+                            }
+                            sessions.insert(*tgid, s);
                         }
                         (None, None) => {
                             status.ignored += 1;
@@ -832,7 +862,14 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
         let done: Vec<u32> = sessions
             .iter()
             .filter(|(_, s)| {
-                s.agg.tree_done() || s.last_io.elapsed() >= idle || s.started.elapsed() >= timeout
+                // A launch followed as a tree only has no I/O to go idle
+                // on: it ends once its replay has, and the idle time passed.
+                let quiet = if s.recorded() {
+                    s.last_io.elapsed() >= idle
+                } else {
+                    s.replay_done() && s.started.elapsed() >= idle
+                };
+                s.agg.tree_done() || quiet || s.started.elapsed() >= timeout
             })
             .map(|(r, _)| *r)
             .collect();
@@ -1259,6 +1296,7 @@ fn decide(
     let name = profile_name(&argv);
     // From memory when the cache knows the profile (or knows there is
     // none); from the store otherwise, leaving repairs to the checker.
+    let audit = cache.get(&name).is_none_or(|k| k.audit_due(cfg.nchk));
     let (phase, plan) = match cache.get(&name) {
         Some(k) => (k.phase, k.plan.map(|(p, _)| p)),
         None if cache.complete.load(Ordering::Acquire) => (Phase::Learning, None),
@@ -1319,6 +1357,7 @@ fn decide(
                 requests,
                 first_request_ns,
                 first_start_ns,
+                audited: audit,
             };
             Some(((name.clone(), argv, m), latency))
         }
@@ -1350,6 +1389,22 @@ fn replay(
         .share_progress(requests, first_start_ns, first_request_ns)
         .run(plan)
         .ok()
+}
+
+impl Session {
+    /// Whether the launch's pages are being recorded (learning, or an
+    /// audited prefetched launch).
+    fn recorded(&self) -> bool {
+        !matches!(self.mode, Mode::Prefetching { audited: false, .. })
+    }
+
+    /// Whether its replay, if any, has ended.
+    fn replay_done(&self) -> bool {
+        match &self.mode {
+            Mode::Prefetching { replay, .. } => replay.as_ref().is_none_or(|h| h.is_finished()),
+            Mode::Learning => true,
+        }
+    }
 }
 
 fn new_session(tgid: u32, name: String, argv: Vec<String>, mode: Mode, exec_ts_ns: u64) -> Session {
@@ -1404,20 +1459,38 @@ fn finish_session(
     match s.mode {
         Mode::Learning => {
             add_trace(&trace, store, &mut prof, cfg, &mut report)?;
+            // A new plan's first launch is audited.
+            if prof.phase == Phase::Prefetching {
+                prof.audit_next = true;
+            }
         }
         Mode::Prefetching {
             plan,
             replay,
             cancel,
             first_request_ns,
+            audited,
             ..
         } => {
             cancel.store(true, Ordering::Relaxed);
             let rep = replay.and_then(|h| h.join().ok().flatten());
             let first = first_request_ns.load(Ordering::Relaxed);
             first_request = (first > 0).then(|| first.saturating_sub(s.exec_ts_ns) as f64 / 1e6);
-            let _ = store::write_atomic(&store.dir(&s.name).join("last-audit"), &trace.to_bytes());
-            judge(&mut prof, store, &plan, Some(trace), rep, cfg, &mut report);
+            if audited {
+                let _ =
+                    store::write_atomic(&store.dir(&s.name).join("last-audit"), &trace.to_bytes());
+                judge(&mut prof, store, &plan, Some(trace), rep, cfg, &mut report);
+            } else {
+                // Followed as a tree only: the replay's stale files still
+                // decide; the miss ratio is the last audit's, and every
+                // nchk-th launch is audited again.
+                let last = prof.last_miss_ratio;
+                judge(&mut prof, store, &plan, None, rep, cfg, &mut report);
+                prof.last_miss_ratio = last;
+                if prof.launches_since_audit + 1 >= cfg.nchk {
+                    prof.audit_next = true;
+                }
+            }
         }
     }
     report.phase_after = prof.phase;
@@ -1513,6 +1586,26 @@ fn is_service(pid: u32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_new_plan_and_every_nchk_th_launch_are_audited() {
+        let known = |audit_next, launches_since_audit| Known {
+            phase: Phase::Prefetching,
+            profile: None,
+            plan: None,
+            audit_next,
+            launches_since_audit,
+        };
+        for (next, since, due) in [
+            (true, 0, true),
+            (false, 0, false),
+            (false, 8, false),
+            (false, 9, true),
+            (false, 12, true),
+        ] {
+            assert_eq!(known(next, since).audit_due(10), due, "{next} {since}");
+        }
+    }
 
     #[test]
     fn policy_table() {

@@ -123,10 +123,24 @@ struct {
 	__type(value, struct inflight);
 } inflight SEC(".maps");
 
+/* What `tracked` holds for a process: everything is recorded, or only
+ * its process tree (fork, exec, exit), for a launch the daemon prefetches
+ * without auditing it. Children inherit their parent's level. */
+#define TRACK_ALL 1
+#define TRACK_TREE 2
+
 static __always_inline bool is_tracked(void)
 {
 	u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	return bpf_map_lookup_elem(&tracked, &tgid) != NULL;
+}
+
+/* Tracked, and its pages and path operations recorded. */
+static __always_inline bool is_recorded(void)
+{
+	u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	u8 *level = bpf_map_lookup_elem(&tracked, &tgid);
+	return level && *level == TRACK_ALL;
 }
 
 /*
@@ -175,7 +189,7 @@ static __always_inline void emit_page(u32 kind, u32 dev, u64 ino, u64 index, u64
 	bpf_ringbuf_submit(e, WAKE_LATER);
 }
 
-/* Callers have checked trace_uses and is_tracked(). */
+/* Callers have checked trace_uses and is_recorded(). */
 static __always_inline void page_use(u32 kind, u32 dev, u64 ino, u64 index, u64 last)
 {
 	u64 count = last >= index ? last - index + 1 : 1;
@@ -213,7 +227,7 @@ int BPF_PROG(handle_add, struct folio *folio)
 	u64 ino, count = 1;
 	u32 dev;
 
-	if (!is_tracked())
+	if (!is_recorded())
 		return 0;
 	dev = mapping_dev(BPF_CORE_READ(folio, mapping), &ino);
 	/* folio_order(): a large folio has PG_head set and its order in the
@@ -231,7 +245,7 @@ int BPF_PROG(handle_get, struct address_space *mapping, unsigned long index, uns
 	u64 ino;
 	u32 dev;
 
-	if (!trace_uses || !is_tracked())
+	if (!trace_uses || !is_recorded())
 		return 0;
 	dev = mapping_dev(mapping, &ino);
 	page_use(EV_PAGE_GET, dev, ino, index, last);
@@ -244,7 +258,7 @@ int BPF_PROG(handle_map, struct address_space *mapping, unsigned long index, uns
 	u64 ino;
 	u32 dev;
 
-	if (!trace_uses || !is_tracked())
+	if (!trace_uses || !is_recorded())
 		return 0;
 	dev = mapping_dev(mapping, &ino);
 	page_use(EV_PAGE_MAP, dev, ino, index, last);
@@ -257,7 +271,7 @@ int BPF_PROG(handle_fault, struct address_space *mapping, unsigned long index)
 	u64 ino;
 	u32 dev;
 
-	if (!trace_uses || !is_tracked())
+	if (!trace_uses || !is_recorded())
 		return 0;
 	dev = mapping_dev(mapping, &ino);
 	page_use(EV_PAGE_FAULT, dev, ino, index, index);
@@ -271,13 +285,14 @@ int BPF_PROG(handle_fork, struct task_struct *parent, struct task_struct *child)
 {
 	u32 ptgid = parent->tgid;
 	u32 ctgid = child->tgid;
-	u8 one = 1;
 
-	if (!bpf_map_lookup_elem(&tracked, &ptgid))
+	u8 *level = bpf_map_lookup_elem(&tracked, &ptgid);
+	if (!level)
 		return 0;
 	if (ctgid == ptgid)
 		return 0; /* a new thread: its tgid is already tracked */
-	bpf_map_update_elem(&tracked, &ctgid, &one, BPF_ANY);
+	u8 inherited = *level;
+	bpf_map_update_elem(&tracked, &ctgid, &inherited, BPF_ANY);
 
 	struct ev_proc *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
@@ -436,7 +451,7 @@ int BPF_PROG(handle_exec, struct task_struct *p, pid_t old_pid, struct linux_bin
 
 /* ---- path syscalls ---- */
 
-/* sys_enter has checked trace_namespace and is_tracked(). */
+/* sys_enter has checked trace_namespace and is_recorded(). */
 static __always_inline int path_enter(u64 ptr, int op)
 {
 	struct inflight v = { .path_ptr = ptr, .op = op };
@@ -513,7 +528,7 @@ static __always_inline int path_exit(long ret)
 SEC("tp_btf/sys_enter")
 int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 {
-	if (!trace_namespace || !is_tracked())
+	if (!trace_namespace || !is_recorded())
 		return 0;
 	switch (id) {
 	case NR_open:
