@@ -36,6 +36,10 @@ mod skel {
 
 use skel::{RecordSkel, RecordSkelBuilder};
 
+/// Values of the `tracked` map, as record.bpf.c defines them.
+const TRACK_ALL: u8 = 1;
+const TRACK_TREE: u8 = 2;
+
 /// Why the recorder could not start. Each variant says what is missing.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -181,21 +185,22 @@ impl Recorder {
 
     /// Adds a process (tgid) to the traced tree; its future children follow.
     pub fn track(&self, tgid: u32) -> Result<(), Error> {
-        self.skel
-            .maps
-            .tracked
-            .update(&tgid.to_ne_bytes(), &[1u8], MapFlags::ANY)
-            .map_err(bpf_err("map update"))
+        self.set_tracked(tgid, TRACK_ALL)
     }
 
     /// Keeps following a process's tree (fork, exec, exit, and its
     /// future children the same way) but records none of its pages or
     /// path operations: a launch the daemon prefetches without auditing.
     pub fn track_tree_only(&self, tgid: u32) -> Result<(), Error> {
+        self.set_tracked(tgid, TRACK_TREE)
+    }
+
+    /// `tracked[tgid] = level` (TRACK_ALL / TRACK_TREE in record.bpf.c).
+    fn set_tracked(&self, tgid: u32, level: u8) -> Result<(), Error> {
         self.skel
             .maps
             .tracked
-            .update(&tgid.to_ne_bytes(), &[2u8], MapFlags::ANY)
+            .update(&tgid.to_ne_bytes(), &[level], MapFlags::ANY)
             .map_err(bpf_err("map update"))
     }
 

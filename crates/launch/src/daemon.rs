@@ -1296,8 +1296,9 @@ fn decide(
     let name = profile_name(&argv);
     // From memory when the cache knows the profile (or knows there is
     // none); from the store otherwise, leaving repairs to the checker.
-    let audit = cache.get(&name).is_none_or(|k| k.audit_due(cfg.nchk));
-    let (phase, plan) = match cache.get(&name) {
+    let known = cache.get(&name);
+    let audit = known.as_ref().is_none_or(|k| k.audit_due(cfg.nchk));
+    let (phase, plan) = match known {
         Some(k) => (k.phase, k.plan.map(|(p, _)| p)),
         None if cache.complete.load(Ordering::Acquire) => (Phase::Learning, None),
         None => match store.load(&name) {
@@ -1482,14 +1483,11 @@ fn finish_session(
                 judge(&mut prof, store, &plan, Some(trace), rep, cfg, &mut report);
             } else {
                 // Followed as a tree only: the replay's stale files still
-                // decide; the miss ratio is the last audit's, and every
-                // nchk-th launch is audited again.
+                // decide; the miss ratio is the last audit's (every nchk-th
+                // launch is audited again: `Known::audit_due`).
                 let last = prof.last_miss_ratio;
                 judge(&mut prof, store, &plan, None, rep, cfg, &mut report);
                 prof.last_miss_ratio = last;
-                if prof.launches_since_audit + 1 >= cfg.nchk {
-                    prof.audit_next = true;
-                }
             }
         }
     }

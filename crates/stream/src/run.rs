@@ -404,7 +404,12 @@ impl<'a> Session<'a> {
                 continue;
             }
             if let Some(s) = t.d.peek(self.opts.threshold) {
-                found.push((tgid, (dev, ino), s, self.span(t.since)));
+                found.push((
+                    tgid,
+                    (dev, ino),
+                    s,
+                    span(t.since, self.now, self.opts.interval),
+                ));
             }
         }
         if found.is_empty() || mem_available() < self.opts.memory_floor {
@@ -416,14 +421,6 @@ impl<'a> Session<'a> {
                 st.young = true;
             }
         }
-    }
-
-    /// Seconds a rate measured from `since` to this poll is over.
-    fn span(&self, since: Option<Instant>) -> f64 {
-        since
-            .map_or(self.opts.interval, |t| self.now.duration_since(t))
-            .max(MIN_RATE_SPAN)
-            .as_secs_f64()
     }
 
     fn event(&mut self, ev: Event) {
@@ -512,12 +509,7 @@ impl<'a> Session<'a> {
         let now = self.now;
         for (&(tgid, dev, ino), t) in self.detectors.iter_mut() {
             let requested = t.d.requested();
-            let secs = t
-                .since
-                .take()
-                .map_or(opts.interval, |s| now.duration_since(s))
-                .max(MIN_RATE_SPAN)
-                .as_secs_f64();
+            let secs = span(t.since.take(), now, opts.interval);
             match t.d.end_interval(opts.threshold) {
                 Some(s) => {
                     random += s.pages as f64 * (1.0 - s.linear_share) / secs;
@@ -703,6 +695,15 @@ impl<'a> Session<'a> {
         report.cost = report.prefetched as f64 / used;
         report
     }
+}
+
+/// Seconds a rate measured from `since` (the interval's first request; a
+/// whole interval if none) to `now` is over.
+fn span(since: Option<Instant>, now: Instant, interval: Duration) -> f64 {
+    since
+        .map_or(interval, |t| now.duration_since(t))
+        .max(MIN_RATE_SPAN)
+        .as_secs_f64()
 }
 
 /// The kernel's dev_t encoding (major << 20 | minor) of a user-space one.

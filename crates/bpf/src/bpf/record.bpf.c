@@ -440,8 +440,8 @@ int BPF_PROG(handle_exec, struct task_struct *p, pid_t old_pid, struct linux_bin
 		/* Daemon mode: every exec starts being traced at once, so a
 		 * launch to learn loses nothing; user space untracks the rest. */
 		u32 tgid = bpf_get_current_pid_tgid() >> 32;
-		u8 one = 1;
-		bpf_map_update_elem(&tracked, &tgid, &one, BPF_ANY);
+		u8 all = TRACK_ALL;
+		bpf_map_update_elem(&tracked, &tgid, &all, BPF_ANY);
 	} else if (!is_tracked()) {
 		return 0;
 	}
