@@ -30,6 +30,31 @@ impl Exit {
     }
 }
 
+/// Gives the command the signal state a shell would: an empty mask, and
+/// the default action for the signals the wrapper handles or ignores.
+/// SIGPIPE matters most: Rust's runtime ignores it before `main`, an ignored
+/// disposition survives exec, and `warmstart run -- yes | head -1` then
+/// printed "Broken pipe" and exited 1 instead of dying quietly (141).
+/// Only async-signal-safe calls: it runs between fork and exec.
+pub fn reset_signals_for_exec() {
+    // SAFETY: sigemptyset/sigprocmask/signal on a local set; all are
+    // async-signal-safe.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+        for sig in [
+            libc::SIGINT,
+            libc::SIGQUIT,
+            libc::SIGTERM,
+            libc::SIGHUP,
+            libc::SIGPIPE,
+        ] {
+            libc::signal(sig, libc::SIG_DFL);
+        }
+    }
+}
+
 /// A forked child waiting, before exec, for [`HeldChild::release`].
 #[derive(Debug)]
 pub struct HeldChild {
@@ -70,14 +95,7 @@ impl HeldChild {
                     if n != 1 || b[0] != b'g' {
                         libc::_exit(127);
                     }
-                    // The wrapper may block signals for its own handling;
-                    // the command must start with a clean mask.
-                    let mut set: libc::sigset_t = std::mem::zeroed();
-                    libc::sigemptyset(&mut set);
-                    libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
-                    for sig in [libc::SIGINT, libc::SIGQUIT, libc::SIGTERM, libc::SIGHUP] {
-                        libc::signal(sig, libc::SIG_DFL);
-                    }
+                    reset_signals_for_exec();
                     libc::execvp(ptrs[0], ptrs.as_ptr());
                     let errno = *libc::__errno_location();
                     let bytes = errno.to_ne_bytes();
@@ -307,6 +325,19 @@ mod tests {
         );
         let err = run(&["/nonexistent/warmstart-cmd"]).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::NotFound);
+    }
+
+    #[test]
+    fn command_starts_with_default_signal_dispositions() {
+        // The test binary, like warmstart, ignores SIGPIPE (Rust's runtime
+        // does); the command must not inherit that. SigIgn is a hex mask.
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("status");
+        let script = format!("grep SigIgn /proc/self/status > {}", out.display());
+        assert_eq!(run(&["sh", "-c", &script]).unwrap(), Exit::Code(0));
+        let line = std::fs::read_to_string(&out).unwrap();
+        let mask = u64::from_str_radix(line.split_whitespace().nth(1).unwrap(), 16).unwrap();
+        assert_eq!(mask & (1 << (libc::SIGPIPE - 1)), 0, "{line}");
     }
 
     #[test]
