@@ -57,6 +57,10 @@ pub struct Config {
     pub head_start_requests: u64,
     /// ... or run this long, whichever comes first.
     pub head_start: Duration,
+    /// A launch whose plan is already resident is exec'd in place: no
+    /// wrapper process stays behind, so the launch costs only warmstart's
+    /// own start. Off when the caller wants a report after the launch.
+    pub exec_when_warm: bool,
     pub compile: CompileOptions,
     pub replay: warmstart_replay::Options,
     pub record: warmstart_record::Options,
@@ -75,6 +79,7 @@ impl Default for Config {
             sorted_wait_max: Duration::from_secs(5),
             head_start_requests: 8,
             head_start: Duration::from_millis(10),
+            exec_when_warm: true,
             compile: CompileOptions::default(),
             replay: warmstart_replay::Options::default(),
             record: warmstart_record::Options::default(),
@@ -140,7 +145,11 @@ impl LaunchReport {
 /// of its resolved path and arguments, so `python3 a.py` and `python3 b.py`
 /// are different launches.
 pub fn profile_name(argv: &[String]) -> String {
-    let exe = resolve_exe(&argv[0]);
+    name_for(&resolve_exe(&argv[0]), argv)
+}
+
+/// [`profile_name`] for an executable already resolved.
+fn name_for(exe: &str, argv: &[String]) -> String {
     let base = Path::new(&argv[0])
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -165,20 +174,30 @@ pub fn profile_name(argv: &[String]) -> String {
 }
 
 pub(crate) fn resolve_exe(cmd: &str) -> String {
+    canonical(find_program(cmd).as_deref(), cmd)
+}
+
+fn canonical(found: Option<&Path>, cmd: &str) -> String {
+    let p = found.unwrap_or(Path::new(cmd));
+    std::fs::canonicalize(p)
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| p.display().to_string())
+}
+
+/// The file `execvp` would run for `cmd`: `cmd` itself if it names a path,
+/// else the first executable regular file of that name in PATH.
+pub(crate) fn find_program(cmd: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
     if cmd.contains('/') {
-        return std::fs::canonicalize(cmd)
-            .map(|p| p.display().to_string())
-            .unwrap_or_else(|_| cmd.to_string());
+        return Some(PathBuf::from(cmd));
     }
-    for dir in std::env::var("PATH").unwrap_or_default().split(':') {
-        let p = Path::new(dir).join(cmd);
-        if p.is_file() {
-            return std::fs::canonicalize(&p)
-                .map(|p| p.display().to_string())
-                .unwrap_or_else(|_| p.display().to_string());
-        }
-    }
-    cmd.to_string()
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .filter(|d| !d.as_os_str().is_empty())
+        .map(|d| d.join(cmd))
+        .find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
 }
 
 /// Compiles traces with FIEMAP available for the sorted order.
@@ -199,10 +218,11 @@ pub fn run(
     cfg: &Config,
 ) -> Result<(Exit, LaunchReport), Error> {
     let start = Instant::now();
+    let program = find_program(&argv[0]);
     let name = match profile {
         Some(n) if !valid_name(n) => return Err(Error::BadName(n.to_string())),
         Some(n) => n.to_string(),
-        None => profile_name(argv),
+        None => name_for(&canonical(program.as_deref(), &argv[0]), argv),
     };
     let store = Store::open(&cfg.state_dir)?;
     let mut prof = match store.load(&name) {
@@ -222,7 +242,24 @@ pub fn run(
         Phase::Ignored => plain_launch(argv)?.0,
         Phase::Learning => learn(argv, &store, &mut prof, cfg, &mut report)?,
         Phase::Prefetching => match load_plan(&store, &name) {
-            Ok(plan) => prefetch(argv, &plan, &store, &mut prof, cfg, &mut report)?,
+            Ok(plan) => {
+                // Do no harm: a launch whose plan is already in the page
+                // cache gains nothing from a replay and would only share its
+                // CPUs with it. An audited launch is replayed all the same.
+                let warm = !(cfg.audit || prof.audit_next) && looks_warm(&plan);
+                if warm && cfg.exec_when_warm {
+                    // Nothing to prefetch and nothing to judge afterwards:
+                    // count the launch, then become the command. A launch
+                    // that could not be counted still runs.
+                    let _ = store.count_warm_launch(&name);
+                    let source = warmstart_record::exec_in_place(program.as_deref(), argv);
+                    return Err(Error::Spawn {
+                        cmd: argv.join(" "),
+                        source,
+                    });
+                }
+                prefetch(argv, &plan, warm, &store, &mut prof, cfg, &mut report)?
+            }
             Err(why) => {
                 eprintln!("warmstart: {why}; launching without prefetching, and relearning");
                 report.plan_problem = Some(why.clone());
@@ -374,15 +411,14 @@ fn strategy(plan: &Plan, store: &Store, cfg: &Config) -> Strategy {
 fn prefetch(
     argv: &[String],
     plan: &Plan,
+    warm: bool,
     store: &Store,
     prof: &mut Profile,
     cfg: &Config,
     report: &mut LaunchReport,
 ) -> Result<Exit, Error> {
     let do_audit = cfg.audit || prof.audit_next;
-    // Do no harm: a launch whose plan is already in the page cache gains
-    // nothing from a replay and would only share its CPUs with it.
-    if !do_audit && looks_warm(plan) {
+    if warm {
         report.warm_skip = true;
         let (exit, inblock) = plain_launch(argv)?;
         report.app_read_bytes = Some(inblock);
@@ -584,8 +620,8 @@ fn children_inblock() -> u64 {
 }
 
 /// Samples 16 windows of up to 64 KiB evenly spaced over the plan's data
-/// bytes and says whether at least 90% of their pages are resident. Costs a
-/// few opens and mincore calls: tens of microseconds.
+/// bytes and says whether at least 90% of their pages are cached. Costs a
+/// few opens and cachestat calls: tens of microseconds.
 fn looks_warm(plan: &Plan) -> bool {
     use warmstart_replay::Backend;
     const SAMPLES: u64 = 16;
@@ -630,7 +666,7 @@ fn looks_warm(plan: &Plan) -> bool {
                 e.insert(h)
             }
         };
-        let Ok(r) = backend.residency(h, start, len) else {
+        let Ok(r) = backend.cached_pages(h, start, len) else {
             return false;
         };
         resident += r.resident;

@@ -19,7 +19,7 @@ use warmstart_plan::trace::{
 };
 
 pub use source::BackendChoice;
-pub use spawn::{exit_like, Exit, HeldChild, Running, SignalForwarder};
+pub use spawn::{exec_in_place, exit_like, Exit, HeldChild, Running, SignalForwarder};
 
 use resolve::{Class, Classifier, Resolver};
 

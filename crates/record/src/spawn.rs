@@ -55,6 +55,44 @@ pub fn reset_signals_for_exec() {
     }
 }
 
+/// Replaces this process with the command: it keeps this process's pid,
+/// process group, terminal and open descriptors, and its exit status goes
+/// straight to our parent. Nothing of the caller runs afterwards, so it
+/// must have finished its work. `program` is the file to run when the
+/// caller has already searched PATH for `argv[0]` (a failed `execve` per
+/// PATH entry before the right one costs tens of microseconds each);
+/// otherwise `execvp` searches. Returns only if the exec failed.
+pub fn exec_in_place(program: Option<&std::path::Path>, argv: &[String]) -> io::Error {
+    use std::os::unix::ffi::OsStrExt;
+    if argv.is_empty() {
+        return io::Error::new(io::ErrorKind::InvalidInput, "no command given");
+    }
+    let nul = || io::Error::new(io::ErrorKind::InvalidInput, "argument contains NUL");
+    let cargs: Result<Vec<CString>, _> = argv.iter().map(|a| CString::new(a.as_bytes())).collect();
+    let Ok(cargs) = cargs else {
+        return nul();
+    };
+    let Ok(path) = program
+        .map(|p| CString::new(p.as_os_str().as_bytes()))
+        .transpose()
+    else {
+        return nul();
+    };
+    let mut ptrs: Vec<*const libc::c_char> = cargs.iter().map(|c| c.as_ptr()).collect();
+    ptrs.push(std::ptr::null());
+    reset_signals_for_exec();
+    // SAFETY: `ptrs` is a NULL-terminated array of pointers into `cargs`,
+    // and `path` a C string; both outlive the call, which returns only on
+    // failure.
+    unsafe {
+        match &path {
+            Some(p) => libc::execv(p.as_ptr(), ptrs.as_ptr()),
+            None => libc::execvp(ptrs[0], ptrs.as_ptr()),
+        }
+    };
+    io::Error::last_os_error()
+}
+
 /// A forked child waiting, before exec, for [`HeldChild::release`].
 #[derive(Debug)]
 pub struct HeldChild {

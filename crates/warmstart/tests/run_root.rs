@@ -80,6 +80,35 @@ fn root_run_learns_prefetches_and_relearns() {
         "the fixture read {self_read} of its {touched} touched pages itself (> 1%): {r}"
     );
 
+    // The plan is resident now. A launch that asks for no report is exec'd
+    // in place: the command keeps the wrapper's pid, and the launch counts.
+    let child = Command::new(warmstart())
+        .args(["run", "--state-dir"])
+        .arg(state.path())
+        .args(["--profile", "fixture", "--"])
+        .args(cmd)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(&format!("pid {pid}\n")),
+        "a warm launch runs as the wrapper's own process: {}",
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .next()
+            .unwrap_or("")
+    );
+    let status = run_ok(
+        Command::new(warmstart())
+            .args(["status", "--json", "--state-dir"])
+            .arg(state.path()),
+    );
+    let profiles: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(profiles[0]["launches"], 4, "{profiles}");
+
     // Half of the files replaced: detected, skipped, counted, relearned.
     let data = fs.mnt.join("data");
     for name in ["f00", "f02", "f04", "f06", "f01", "f03"] {
