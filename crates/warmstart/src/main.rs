@@ -3,10 +3,8 @@
 mod cli;
 mod cmd;
 
-use clap::Parser;
-
 fn main() {
-    let cli = cli::Cli::parse();
+    let cli = cli::Cli::parse_args();
     match cmd::dispatch(cli) {
         Ok(code) => std::process::exit(code),
         Err(err) => {
