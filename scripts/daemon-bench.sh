@@ -5,7 +5,9 @@
 # Usage: scripts/daemon-bench.sh CMD ARGS...   (root; release build; ROUNDS=N)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-WS=${WS:-$PWD/target/release/warmstart}
+# The static binary `make release` builds, else a plain `cargo build --release`.
+WS=${WS:-$PWD/target/$(rustc -vV | sed -n "s/^host: //p")/release/warmstart}
+[ -x "$WS" ] || WS=$PWD/target/release/warmstart
 ROUNDS=${ROUNDS:-7}
 APP=("$@")
 [ "$(id -u)" = 0 ] || { echo "needs root"; exit 1; }

@@ -4,7 +4,9 @@
 # Usage: scripts/demo.sh [CMD ARGS...]   (default: a Python program; ROUNDS=N)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-WS=${WS:-$PWD/target/release/warmstart}
+# The static binary `make release` builds, else a plain `cargo build --release`.
+WS=${WS:-$PWD/target/$(rustc -vV | sed -n "s/^host: //p")/release/warmstart}
+[ -x "$WS" ] || WS=$PWD/target/release/warmstart
 ROUNDS=${ROUNDS:-5}
 if [ -x /usr/bin/python3 ]; then PY=/usr/bin/python3; else PY=$(command -v python3); fi
 if [ $# -gt 0 ]; then APP=("$@"); else

@@ -7,7 +7,9 @@
 # Usage: scripts/record-overhead.sh [CMD ARGS...]   (root; release build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-WS=${WS:-$PWD/target/release/warmstart}
+# The static binary `make release` builds, else a plain `cargo build --release`.
+WS=${WS:-$PWD/target/$(rustc -vV | sed -n "s/^host: //p")/release/warmstart}
+[ -x "$WS" ] || WS=$PWD/target/release/warmstart
 ROUNDS=${ROUNDS:-7}
 if [ $# -gt 0 ]; then APP=("$@"); else APP=(/usr/bin/python3 -c 'import asyncio, email.mime.multipart, json, decimal, sqlite3'); fi
 [ "$(id -u)" = 0 ] || { echo "needs root"; exit 1; }
