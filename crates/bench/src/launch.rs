@@ -20,7 +20,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use regex::Regex;
+use regex_lite::Regex;
 
 use crate::os;
 

@@ -101,7 +101,7 @@ pub enum Command {
         prefetched from their exec on; others are learned in the background.")]
     Daemon(DaemonArgs),
     /// Measure launch times like the papers: cold, warm, peers and warmstart, side by side.
-    Bench(warmstart_bench::BenchArgs),
+    Bench(Box<warmstart_bench::BenchArgs>),
     /// Run a command with adaptive runtime prefetching of its data streams (prefetchd).
     #[command(after_help = "EXAMPLES:\n  \
         warmstart stream -- sqlite3 big.db 'select count(*) from t where x like \"%a%\"'\n  \
