@@ -27,7 +27,9 @@ use warmstart_plan::Plan;
 use warmstart_record::Aggregator;
 use warmstart_replay::{monotonic_ns, Engine, RealBackend, Report};
 
-use crate::manager::{add_trace, judge, load_plan, profile_name, relearn, Config, LaunchReport};
+use crate::manager::{
+    add_trace, judge, load_plan, load_previous_plan, profile_name, relearn, Config, LaunchReport,
+};
 use crate::store::{self, Phase, Profile, Store};
 use crate::Error;
 
@@ -372,6 +374,9 @@ enum Mode {
         /// Recorded in full for the audit; otherwise only its process
         /// tree is followed.
         audited: bool,
+        /// A relearning profile's launch, prefetched with its previous
+        /// plan: recorded in full, and its trace is a learning trace.
+        relearn: bool,
     },
 }
 
@@ -624,7 +629,7 @@ fn refresh(shared: &Shared, store: &Store, name: &str, log: &mut dyn Write) {
                 let mut report = LaunchReport::new(name, prof.phase);
                 prof.phase = Phase::Learning;
                 cache.put(&prof, None);
-                relearn(&mut prof, store, why, &mut report);
+                relearn(&mut prof, store, why, false, &mut report);
                 let _ = store.save(&mut prof);
                 cache.written(store, name);
                 return;
@@ -1014,9 +1019,16 @@ fn session_status(pid: u32, s: &Session) -> SessionStatus {
     let (mode, requests, replay_issued) = match &s.mode {
         Mode::Learning => ("learning", 0, true),
         Mode::Prefetching {
-            replay, requests, ..
+            replay,
+            requests,
+            relearn,
+            ..
         } => (
-            "prefetching",
+            if *relearn {
+                "relearning"
+            } else {
+                "prefetching"
+            },
             requests.load(Ordering::Relaxed),
             replay.as_ref().is_none_or(|h| h.is_finished()),
         ),
@@ -1170,6 +1182,7 @@ fn handle(
                     &mut p,
                     store,
                     "asked for with `warmstart learn`".into(),
+                    false,
                     &mut report,
                 );
                 p.audit_next = false;
@@ -1312,12 +1325,14 @@ fn decide(
             // Reported and relearned by the checker, which reads it too.
             Err(_) => None,
         },
+        (Phase::Learning, _) => load_previous_plan(store, &name).map(Arc::new),
         (_, plan) => plan,
     };
+    let relearn = phase == Phase::Learning;
     let mut first_request = None;
     let decided = match (phase, plan) {
         (Phase::Ignored, _) => None,
-        (Phase::Prefetching, Some(plan)) => {
+        (Phase::Prefetching | Phase::Learning, Some(plan)) => {
             let replaying = sessions
                 .values()
                 .filter(|s| {
@@ -1358,7 +1373,8 @@ fn decide(
                 requests,
                 first_request_ns,
                 first_start_ns,
-                audited: audit,
+                audited: audit || relearn,
+                relearn,
             };
             Some(((name.clone(), argv, m), latency))
         }
@@ -1471,13 +1487,20 @@ fn finish_session(
             cancel,
             first_request_ns,
             audited,
+            relearn,
             ..
         } => {
             cancel.store(true, Ordering::Relaxed);
             let rep = replay.and_then(|h| h.join().ok().flatten());
             let first = first_request_ns.load(Ordering::Relaxed);
             first_request = (first > 0).then(|| first.saturating_sub(s.exec_ts_ns) as f64 / 1e6);
-            if audited {
+            if relearn {
+                report.replay = rep;
+                add_trace(&trace, store, &mut prof, cfg, &mut report)?;
+                if prof.phase == Phase::Prefetching {
+                    prof.audit_next = true;
+                }
+            } else if audited {
                 let _ =
                     store::write_atomic(&store.dir(&s.name).join("last-audit"), &trace.to_bytes());
                 judge(&mut prof, store, &plan, Some(trace), rep, cfg, &mut report);

@@ -240,7 +240,18 @@ pub fn run(
 
     let exit = match prof.phase {
         Phase::Ignored => plain_launch(argv)?.0,
-        Phase::Learning => learn(argv, &store, &mut prof, cfg, &mut report)?,
+        Phase::Learning => match load_previous_plan(&store, &name) {
+            Some(plan) => prefetch(
+                argv,
+                &plan,
+                Launch::Relearn,
+                &store,
+                &mut prof,
+                cfg,
+                &mut report,
+            )?,
+            None => learn(argv, &store, &mut prof, cfg, &mut report)?,
+        },
         Phase::Prefetching => match load_plan(&store, &name) {
             Ok(plan) => {
                 // Do no harm: a launch whose plan is already in the page
@@ -258,12 +269,13 @@ pub fn run(
                         source,
                     });
                 }
-                prefetch(argv, &plan, warm, &store, &mut prof, cfg, &mut report)?
+                let launch = Launch::Prefetch { warm };
+                prefetch(argv, &plan, launch, &store, &mut prof, cfg, &mut report)?
             }
             Err(why) => {
                 eprintln!("warmstart: {why}; launching without prefetching, and relearning");
                 report.plan_problem = Some(why.clone());
-                relearn(&mut prof, &store, why, &mut report);
+                relearn(&mut prof, &store, why, false, &mut report);
                 plain_launch(argv)?.0
             }
         },
@@ -281,11 +293,35 @@ pub(crate) fn load_plan(store: &Store, name: &str) -> Result<Plan, String> {
     Plan::from_bytes(&bytes).map_err(|e| format!("plan {} rejected: {e}", p.display()))
 }
 
-pub(crate) fn relearn(prof: &mut Profile, store: &Store, why: String, report: &mut LaunchReport) {
+/// Sends a profile back to learning. With `keep_plan` its plan stays, as
+/// the previous plan, to prefetch with while the new launches are recorded:
+/// the replay skips the files that changed, and the recording still sees
+/// every page a launch uses, prefetched or not. A plan that could not be
+/// read is not kept.
+/// A relearning profile's previous plan, if it has one that still reads.
+pub(crate) fn load_previous_plan(store: &Store, name: &str) -> Option<Plan> {
+    let bytes = std::fs::read(store.previous_plan_path(name)).ok()?;
+    Plan::from_bytes(&bytes).ok()
+}
+
+pub(crate) fn relearn(
+    prof: &mut Profile,
+    store: &Store,
+    why: String,
+    keep_plan: bool,
+    report: &mut LaunchReport,
+) {
     for t in prof.traces.drain(..) {
         let _ = std::fs::remove_file(store.trace_path(&prof.name, &t));
     }
-    let _ = std::fs::remove_file(store.plan_path(&prof.name));
+    let (plan, previous) = (
+        store.plan_path(&prof.name),
+        store.previous_plan_path(&prof.name),
+    );
+    if !(keep_plan && std::fs::rename(&plan, &previous).is_ok()) {
+        let _ = std::fs::remove_file(&plan);
+        let _ = std::fs::remove_file(&previous);
+    }
     prof.plan_bytes = None;
     prof.phase = Phase::Learning;
     prof.relearned += 1;
@@ -339,6 +375,7 @@ pub(crate) fn add_trace(
         }
     };
     if let Some(reason) = &compiled.report.empty {
+        let _ = std::fs::remove_file(store.previous_plan_path(&prof.name));
         prof.phase = Phase::Ignored;
         prof.note = Some(format!("not prefetched: {reason:?}"));
         report.compiled = prof.note.clone();
@@ -346,6 +383,7 @@ pub(crate) fn add_trace(
     }
     let bytes = compiled.plan.to_bytes();
     store::write_atomic(&store.plan_path(&prof.name), &bytes)?;
+    let _ = std::fs::remove_file(store.previous_plan_path(&prof.name));
     prof.plan_bytes = Some(bytes.len() as u64);
     prof.phase = Phase::Prefetching;
     prof.note = Some(format!(
@@ -408,17 +446,27 @@ fn strategy(plan: &Plan, store: &Store, cfg: &Config) -> Strategy {
     }
 }
 
+/// What a launch with a plan is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Launch {
+    /// Prefetched and judged; `warm`: the plan was found resident already.
+    Prefetch { warm: bool },
+    /// Recorded for a relearning profile, prefetched with its previous plan.
+    Relearn,
+}
+
 fn prefetch(
     argv: &[String],
     plan: &Plan,
-    warm: bool,
+    launch: Launch,
     store: &Store,
     prof: &mut Profile,
     cfg: &Config,
     report: &mut LaunchReport,
 ) -> Result<Exit, Error> {
-    let do_audit = cfg.audit || prof.audit_next;
-    if warm {
+    let relearning = launch == Launch::Relearn;
+    let do_audit = cfg.audit || prof.audit_next || relearning;
+    if launch == (Launch::Prefetch { warm: true }) {
         report.warm_skip = true;
         let (exit, inblock) = plain_launch(argv)?;
         report.app_read_bytes = Some(inblock);
@@ -500,7 +548,16 @@ fn prefetch(
         Ok((exit, done, audit))
     })?;
 
-    judge(prof, store, plan, audit, replay_report, cfg, report);
+    if relearning {
+        report.replay = replay_report;
+        if let Some(t) = audit {
+            if let Err(e) = add_trace(&t, store, prof, cfg, report) {
+                eprintln!("warmstart: could not keep the trace: {e}");
+            }
+        }
+    } else {
+        judge(prof, store, plan, audit, replay_report, cfg, report);
+    }
     Ok(exit)
 }
 
@@ -561,6 +618,7 @@ pub(crate) fn judge(
                 "{stale} of {} files changed since the plan was made",
                 plan.files.len()
             ),
+            true,
             report,
         );
     } else if let Some(m) = miss.filter(|m| *m > cfg.rmiss) {
@@ -569,6 +627,7 @@ pub(crate) fn judge(
                 prof,
                 store,
                 format!("miss ratio {m:.2} above {:.2}", cfg.rmiss),
+                true,
                 report,
             );
         } else if prof.launches_since_audit >= cfg.nchk {

@@ -136,6 +136,12 @@ impl Store {
         self.dir(name).join("plan")
     }
 
+    /// The plan a relearning profile had before: still prefetched from
+    /// while the new launches are recorded.
+    pub fn previous_plan_path(&self, name: &str) -> PathBuf {
+        self.dir(name).join("plan.previous")
+    }
+
     pub fn trace_path(&self, name: &str, file: &str) -> PathBuf {
         self.dir(name).join(file)
     }

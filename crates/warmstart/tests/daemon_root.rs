@@ -361,6 +361,23 @@ fn root_daemon_learns_prefetches_relearns_and_obeys_policy() {
             .contains("changed"),
         "{report}"
     );
+    // While it relearns, its launches are still prefetched with the plan it
+    // had: the replay skips the replaced files and reads the others.
+    fs.evict();
+    run_ok(Command::new(&fx).arg("run").arg(&fs.mnt));
+    count += 1;
+    wait_for("a relearning launch", Duration::from_secs(15), || {
+        launches(&dir) == count
+    });
+    let report = json(&dir.join("last-launch.json"));
+    assert_eq!(report["phase_before"], "learning", "{report}");
+    assert!(
+        report["replay"]["data"]["bytes"].as_u64().unwrap_or(0) > 0
+            && report["replay"]["skipped_files"]
+                .as_array()
+                .is_some_and(|v| v.len() >= 6),
+        "a relearning launch is prefetched with the previous plan: {report}"
+    );
 
     // A corrupt plan is reported, ignored, and the profile relearns.
     let dir = until_prefetching(&fs, &state, &fx, "ws-launch-fixture", &mut count);

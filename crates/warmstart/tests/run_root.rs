@@ -137,6 +137,25 @@ fn root_run_learns_prefetches_and_relearns() {
         r["relearn_reason"].as_str().unwrap().contains("changed"),
         "{r}"
     );
+
+    // Relearning launches are still prefetched with the plan it had (the
+    // replay skips the replaced files) and recorded; after N_rawseq of them
+    // the new plan replaces the previous one.
+    for i in 0..2 {
+        fs.evict();
+        let out = run_cmd(state.path(), &[], &rep, &cmd);
+        assert!(out.status.success());
+        let r = report(&rep);
+        assert_eq!(r["phase_before"], "learning", "{r}");
+        assert!(
+            r["replay"]["data"]["bytes"].as_u64().unwrap_or(0) > 0
+                && r["replay"]["skipped_files"].as_array().unwrap().len() >= 6,
+            "relearning launch {i} is prefetched with the previous plan: {r}"
+        );
+    }
+    assert_eq!(report(&rep)["phase_after"], "prefetching");
+    let prof = state.path().join("profiles").join("fixture");
+    assert!(prof.join("plan").exists() && !prof.join("plan.previous").exists());
 }
 
 #[test]
