@@ -25,6 +25,23 @@ fn trace_pages(trace: &serde_json::Value) -> (HashMap<String, BTreeSet<u64>>, Ve
     (pages, order)
 }
 
+/// The file page where an ELF program's first bss begins: the kernel
+/// zeroes its tail while exec'ing the program (`padzero`), a page fault
+/// made before the exec event. None if no loadable segment has a bss.
+fn bss_boundary_page(path: &std::path::Path) -> Option<u64> {
+    let b = std::fs::read(path).unwrap();
+    let u16at = |o: usize| u16::from_le_bytes(b[o..o + 2].try_into().unwrap()) as usize;
+    let u64at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+    assert_eq!(&b[..5], b"\x7fELF\x02", "a 64-bit ELF");
+    let (phoff, phentsize, phnum) = (u64at(0x20) as usize, u16at(0x36), u16at(0x38));
+    (0..phnum).find_map(|i| {
+        let ph = phoff + i * phentsize;
+        let ptype = u32::from_le_bytes(b[ph..ph + 4].try_into().unwrap());
+        let (offset, filesz, memsz) = (u64at(ph + 8), u64at(ph + 0x20), u64at(ph + 0x28));
+        (ptype == 1 && memsz > filesz && filesz > 0).then(|| (offset + filesz) / 4096)
+    })
+}
+
 fn check_fixture_trace(
     fs: &LoopFs,
     trace_file: &std::path::Path,
@@ -206,6 +223,28 @@ fn root_record_real_python_resolves_paths() {
             .iter()
             .any(|o| o["result"].as_i64().unwrap() < 0),
         "negative lookups recorded"
+    );
+
+    // The page the kernel zeroes Python's bss from while exec'ing it is the
+    // launch's, though touched before the exec event. (On a cold launch it
+    // was the first wait: its fault read 4 MiB around it.)
+    let exe = std::fs::canonicalize("/usr/bin/python3").unwrap();
+    let bss = bss_boundary_page(&exe).expect("python has a bss");
+    let out = work.path().join("exec.trace");
+    run_ok(
+        Command::new(warmstart())
+            .arg("record")
+            .arg("-o")
+            .arg(&out)
+            .args(["--", "/usr/bin/python3", "-c", "pass"]),
+    );
+    let (pages, _) = trace_pages(&show_json(&out));
+    assert!(
+        pages
+            .get(exe.to_str().unwrap())
+            .is_some_and(|p| p.contains(&bss)),
+        "page {bss} of {} (where its bss starts) is in the trace",
+        exe.display()
     );
 }
 
