@@ -3,13 +3,48 @@
 mod cli;
 mod cmd;
 
+use cli::Command;
+
 fn main() {
     let cli = cli::Cli::parse_args();
+    if matches!(
+        cli.command,
+        Command::Show(_)
+            | Command::Status(_)
+            | Command::Compile(_)
+            | Command::Replay(_)
+            | Command::Forget(_)
+            | Command::Learn(_)
+    ) {
+        // Commands that only print: a reader that stops reading
+        // (`warmstart show t.trace | head`) ends them quietly, as it ends
+        // any Unix tool. Rust's runtime ignores SIGPIPE, and println! then
+        // panics. The wrappers and the daemon keep ignoring it: they must
+        // outlive a closed pipe to finish their launch or serve others.
+        // SAFETY: setting a signal disposition to its default, before any
+        // thread is started.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     match cmd::dispatch(cli) {
         Ok(code) => std::process::exit(code),
+        // The same for the others, where the closed pipe comes back as an
+        // error: 141 is what a shell reports for a command SIGPIPE ended.
+        Err(err) if is_broken_pipe(&err) => std::process::exit(141),
         Err(err) => {
             eprintln!("warmstart: {err:#}");
             std::process::exit(2);
         }
     }
+}
+
+fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    let pipe = |e: &std::io::Error| e.kind() == std::io::ErrorKind::BrokenPipe;
+    err.chain().any(|e| {
+        e.downcast_ref::<std::io::Error>().is_some_and(pipe)
+            // csv and serde_json keep the I/O error inside, not as source.
+            || e.downcast_ref::<csv::Error>()
+                .is_some_and(|e| matches!(e.kind(), csv::ErrorKind::Io(e) if pipe(e)))
+            || e.downcast_ref::<serde_json::Error>()
+                .is_some_and(|e| e.io_error_kind() == Some(std::io::ErrorKind::BrokenPipe))
+    })
 }

@@ -225,6 +225,29 @@ fn root_record_real_python_resolves_paths() {
         "negative lookups recorded"
     );
 
+    // A reader that stops reading ends `show` quietly, as SIGPIPE would.
+    let mut show = Command::new(warmstart())
+        .args(["show", "--format", "csv"])
+        .arg(&out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(show.stdout.take());
+    let shown = show.wait_with_output().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        shown.status.signal(),
+        Some(libc::SIGPIPE),
+        "{:?}",
+        shown.status
+    );
+    assert!(
+        shown.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&shown.stderr)
+    );
+
     // The page the kernel zeroes Python's bss from while exec'ing it is the
     // launch's, though touched before the exec event. (On a cold launch it
     // was the first wait: its fault read 4 MiB around it.)
