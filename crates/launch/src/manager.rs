@@ -57,10 +57,12 @@ pub struct Config {
     pub head_start_requests: u64,
     /// ... or run this long, whichever comes first.
     pub head_start: Duration,
-    /// A launch whose plan is already resident is exec'd in place: no
-    /// wrapper process stays behind, so the launch costs only warmstart's
-    /// own start. Off when the caller wants a report after the launch.
-    pub exec_when_warm: bool,
+    /// A launch with nothing to prefetch and nothing to judge afterwards
+    /// (its plan is already resident, or the profile is too small a launch
+    /// to prefetch) is exec'd in place: no wrapper process stays behind, so
+    /// it costs only warmstart's own start. Off when the caller wants a
+    /// report after the launch.
+    pub exec_in_place: bool,
     pub compile: CompileOptions,
     pub replay: warmstart_replay::Options,
     pub record: warmstart_record::Options,
@@ -79,7 +81,7 @@ impl Default for Config {
             sorted_wait_max: Duration::from_secs(5),
             head_start_requests: 8,
             head_start: Duration::from_millis(10),
-            exec_when_warm: true,
+            exec_in_place: true,
             compile: CompileOptions::default(),
             replay: warmstart_replay::Options::default(),
             record: warmstart_record::Options::default(),
@@ -238,7 +240,17 @@ pub fn run(
     let mut report = LaunchReport::new(&name, prof.phase);
     prof.launches += 1;
 
+    let in_place = |store: &Store| {
+        // A launch that could not be counted still runs.
+        let _ = store.count_launch_in_place(&name);
+        let source = warmstart_record::exec_in_place(program.as_deref(), argv);
+        Error::Spawn {
+            cmd: argv.join(" "),
+            source,
+        }
+    };
     let exit = match prof.phase {
+        Phase::Ignored if cfg.exec_in_place => return Err(in_place(&store)),
         Phase::Ignored => plain_launch(argv)?.0,
         Phase::Learning => match load_previous_plan(&store, &name) {
             Some(plan) => prefetch(
@@ -258,16 +270,8 @@ pub fn run(
                 // cache gains nothing from a replay and would only share its
                 // CPUs with it. An audited launch is replayed all the same.
                 let warm = !(cfg.audit || prof.audit_next) && looks_warm(&plan);
-                if warm && cfg.exec_when_warm {
-                    // Nothing to prefetch and nothing to judge afterwards:
-                    // count the launch, then become the command. A launch
-                    // that could not be counted still runs.
-                    let _ = store.count_warm_launch(&name);
-                    let source = warmstart_record::exec_in_place(program.as_deref(), argv);
-                    return Err(Error::Spawn {
-                        cmd: argv.join(" "),
-                        source,
-                    });
+                if warm && cfg.exec_in_place {
+                    return Err(in_place(&store));
                 }
                 let launch = Launch::Prefetch { warm };
                 prefetch(argv, &plan, launch, &store, &mut prof, cfg, &mut report)?

@@ -21,8 +21,9 @@ pub enum Phase {
     Ignored,
 }
 
-/// File in a profile's directory tallying warm launches, one byte each.
-const WARM_TALLY: &str = "warm-launches";
+/// File in a profile's directory tallying launches exec'd in place (plan
+/// resident, or too small a launch to prefetch), one byte each.
+const IN_PLACE_TALLY: &str = "launches-in-place";
 
 /// One application's state.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -56,9 +57,9 @@ pub struct Profile {
     #[serde(default)]
     pub launches_since_audit: u64,
     /// Length of the warm-launch tally already counted in `launches`
-    /// ([`Store::count_warm_launch`]).
+    /// ([`Store::count_launch_in_place`]).
     #[serde(default)]
-    pub warm_counted: u64,
+    pub in_place_counted: u64,
 }
 
 impl Profile {
@@ -76,7 +77,7 @@ impl Profile {
             note: None,
             updated_unix_ms: 0,
             next_trace: 0,
-            warm_counted: 0,
+            in_place_counted: 0,
             audit_next: false,
             launches_since_audit: 0,
         }
@@ -157,11 +158,11 @@ impl Store {
             Err(e) => return Err(Error::io(&p, e)),
         };
         // Warm launches tallied since the profile was last written.
-        if let Ok(m) = std::fs::metadata(self.dir(name).join(WARM_TALLY)) {
-            let new = m.len().saturating_sub(prof.warm_counted);
+        if let Ok(m) = std::fs::metadata(self.dir(name).join(IN_PLACE_TALLY)) {
+            let new = m.len().saturating_sub(prof.in_place_counted);
             prof.launches += new;
             prof.launches_since_audit += new;
-            prof.warm_counted = m.len();
+            prof.in_place_counted = m.len();
             let used = m
                 .modified()
                 .ok()
@@ -169,20 +170,21 @@ impl Store {
                 .map_or(0, |d| d.as_millis() as u64);
             prof.updated_unix_ms = prof.updated_unix_ms.max(used);
         } else {
-            prof.warm_counted = 0;
+            prof.in_place_counted = 0;
         }
         Ok(Some(prof))
     }
 
-    /// Counts a launch that found its plan resident and ran without the
-    /// launch manager, without rewriting the profile: one byte appended to
+    /// Counts a launch that ran without the launch manager (its plan was
+    /// resident, or it is too small to prefetch), without rewriting the
+    /// profile: one byte appended to
     /// a tally that [`Store::load`] folds in. Rewriting profile.json costs
     /// ~0.5 ms here (ext4 starts writeback when a rename replaces a file),
     /// a quarter of what a warm launch may cost in all. Appends are atomic,
     /// so concurrent launches each count.
-    pub fn count_warm_launch(&self, name: &str) -> Result<(), Error> {
+    pub fn count_launch_in_place(&self, name: &str) -> Result<(), Error> {
         use std::io::Write;
-        let p = self.dir(name).join(WARM_TALLY);
+        let p = self.dir(name).join(IN_PLACE_TALLY);
         std::fs::OpenOptions::new()
             .append(true)
             .create(true)
@@ -271,14 +273,14 @@ mod tests {
         let mut p = Profile::new("app-1", &["app".into()]);
         p.launches = 3;
         s.save(&mut p).unwrap();
-        s.count_warm_launch("app-1").unwrap();
-        s.count_warm_launch("app-1").unwrap();
+        s.count_launch_in_place("app-1").unwrap();
+        s.count_launch_in_place("app-1").unwrap();
         let mut p = s.load("app-1").unwrap().unwrap();
         assert_eq!((p.launches, p.launches_since_audit), (5, 2));
         // Saved with the tally folded in: loading again adds nothing.
         s.save(&mut p).unwrap();
         assert_eq!(s.load("app-1").unwrap().unwrap().launches, 5);
-        s.count_warm_launch("app-1").unwrap();
+        s.count_launch_in_place("app-1").unwrap();
         assert_eq!(s.load("app-1").unwrap().unwrap().launches, 6);
     }
 

@@ -28,7 +28,7 @@ pub fn run(args: RunArgs, quiet: bool) -> Result<i32> {
         },
         audit: args.audit,
         // A report is written after the launch, so the wrapper must stay.
-        exec_when_warm: args.report.is_none() && !args.verbose,
+        exec_in_place: args.report.is_none() && !args.verbose,
         ..Config::default()
     };
     if let Some(w) = args.workers {
