@@ -1302,7 +1302,13 @@ fn decide(
         argv[0] = cwd.join(&argv[0]).display().to_string();
     }
     let key = policy_path(exe, &argv, &cwd);
-    let allowed = dcfg.allows(&key) || (learn.contains(&key) && dcfg.denied_by(&key).is_none());
+    // A launch allowed when it started stays allowed when its first process
+    // execs the program it launches (`soffice`, a shell script, execs
+    // `oosplash`): the user allowed the command they run. Only a deny-list
+    // entry for the program it ends in stops it.
+    let continued = sessions.contains_key(&tgid);
+    let allowed = dcfg.allows(&key)
+        || ((continued || learn.contains(&key)) && dcfg.denied_by(&key).is_none());
     if !allowed || (dcfg.skip_services && is_service(tgid)) {
         return None;
     }

@@ -525,6 +525,20 @@ fn root_daemon_learn_forget_restart_crash_and_exec_chains() {
             && profile_dir(&state, "dash-").is_none(),
         "the launcher got a profile of its own"
     );
+    // A launcher allowed by the list stays allowed when it execs a program
+    // the list does not name (libreoffice's `soffice` script execs
+    // `oosplash`): the launch is learned, named by the program it ends in.
+    let outside = work.path().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    let third = fixture_as(&outside, "third-fixture");
+    let exec_third = script("exec-third.sh", format!("exec {} \"$@\"", third.display()));
+    let mut third_count = 0;
+    let third_prof = until_prefetching(&fs, &state, &exec_third, "third-fixture", &mut third_count);
+    // Launched directly, outside the list, it is not followed.
+    run_ok(Command::new(&third).arg("run").arg(&fs.mnt));
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(launches(&third_prof), third_count);
+
     // A script running the program as a child is its own launch, allowed
     // by the script's path (not /bin/sh's; the profile is named after the
     // interpreter in its command line), and its plan holds the child's reads.
