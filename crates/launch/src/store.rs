@@ -143,6 +143,12 @@ impl Store {
         self.dir(name).join("plan.previous")
     }
 
+    /// The windows a warm launch samples, saved with the plan so that the
+    /// check need not decode it.
+    pub fn warm_check_path(&self, name: &str) -> PathBuf {
+        self.dir(name).join("warm-check.json")
+    }
+
     pub fn trace_path(&self, name: &str, file: &str) -> PathBuf {
         self.dir(name).join(file)
     }

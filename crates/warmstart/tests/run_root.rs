@@ -82,6 +82,15 @@ fn root_run_learns_prefetches_and_relearns() {
 
     // The plan is resident now. A launch that asks for no report is exec'd
     // in place: the command keeps the wrapper's pid, and the launch counts.
+    // Its warm check reads the windows saved with the plan, not the plan.
+    let prof = state.path().join("profiles").join("fixture");
+    let windows: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(prof.join("warm-check.json")).unwrap()).unwrap();
+    assert_eq!(
+        windows["windows"].as_array().unwrap().len(),
+        16,
+        "{windows}"
+    );
     let child = Command::new(warmstart())
         .args(["run", "--state-dir"])
         .arg(state.path())
@@ -137,6 +146,7 @@ fn root_run_learns_prefetches_and_relearns() {
         r["relearn_reason"].as_str().unwrap().contains("changed"),
         "{r}"
     );
+    assert!(!prof.join("warm-check.json").exists());
 
     // Relearning launches are still prefetched with the plan it had (the
     // replay skips the replaced files) and recorded; after N_rawseq of them
@@ -154,8 +164,8 @@ fn root_run_learns_prefetches_and_relearns() {
         );
     }
     assert_eq!(report(&rep)["phase_after"], "prefetching");
-    let prof = state.path().join("profiles").join("fixture");
     assert!(prof.join("plan").exists() && !prof.join("plan.previous").exists());
+    assert!(prof.join("warm-check.json").exists());
 }
 
 #[test]
