@@ -528,6 +528,7 @@ impl Executor for RealExecutor {
                 Measurement {
                     time: l.time,
                     exit_code: l.exit_code,
+                    prefetched_bytes: self.wrapped()?.run_replay_bytes(),
                     ..Default::default()
                 }
             }
@@ -541,7 +542,7 @@ impl Executor for RealExecutor {
                     time: l.time,
                     exit_code: l.exit_code,
                     // What the daemon's replay issued (None: it did not
-                    // prefetch this launch, e.g. it was relearning).
+                    // prefetch this launch, e.g. it was learning).
                     prefetched_bytes: bytes,
                     ..Default::default()
                 }

@@ -117,6 +117,21 @@ impl Wrapped {
         self.dir.path().join("run-state")
     }
 
+    fn run_report(&self) -> PathBuf {
+        self.dir.path().join("run-report.json")
+    }
+
+    /// What the replay of the last `run_target` launch issued: `None` if it
+    /// ran no replay (learning, or found warm).
+    pub fn run_replay_bytes(&self) -> Option<u64> {
+        let p = self.run_report();
+        let v: Option<serde_json::Value> = std::fs::read(&p)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok());
+        let _ = std::fs::remove_file(&p);
+        replay_bytes(&v?)
+    }
+
     fn daemon_state(&self) -> PathBuf {
         self.dir.path().join("daemon-state")
     }
@@ -138,6 +153,10 @@ impl Wrapped {
             "-q".into(),
             "--state-dir".into(),
             self.run_state().display().to_string(),
+            // What the replay issued, for the CSV; a cold launch's wrapper
+            // stays to the end anyway, so the report costs it nothing.
+            "--report".into(),
+            self.run_report().display().to_string(),
             "--".into(),
         ];
         w.argv.extend(t.argv.iter().cloned());
@@ -371,10 +390,13 @@ fn last_replay_bytes(state: &Path) -> Option<u64> {
         .filter_map(|p| Some((p.metadata().ok()?.modified().ok()?, p)))
         .max()?;
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(newest.1).ok()?).ok()?;
-    if v["phase_before"] != "prefetching" {
-        return None;
-    }
-    v["replay"]["data"]["bytes"].as_u64()
+    replay_bytes(&v)
+}
+
+/// Data bytes a launch report's replay issued; `None` without a replay (a
+/// relearning launch has one too: it is prefetched with its previous plan).
+fn replay_bytes(report: &serde_json::Value) -> Option<u64> {
+    report["replay"]["data"]["bytes"].as_u64()
 }
 
 /// The `profile.json` of every profile under `state`.
@@ -413,7 +435,8 @@ mod tests {
         assert_eq!(&t.argv[1..3], ["run", "-q"]);
         assert_eq!(t.argv[3], "--state-dir");
         assert!(t.argv[4].ends_with("run-state"));
-        assert_eq!(&t.argv[5..], ["--", "python3", "-c", "pass"]);
+        assert_eq!(t.argv[5], "--report");
+        assert_eq!(&t.argv[7..], ["--", "python3", "-c", "pass"]);
     }
 
     #[test]
