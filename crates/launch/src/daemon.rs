@@ -429,6 +429,20 @@ fn load_plan_stamped(store: &Store, name: &str) -> Result<(Arc<Plan>, FileStamp)
     load_plan(store, name).map(|p| (Arc::new(p), st))
 }
 
+/// The same for a relearning profile's previous plan, if it has one.
+fn load_previous_stamped(store: &Store, name: &str) -> Option<(Arc<Plan>, FileStamp)> {
+    let st = file_stamp(&store.previous_plan_path(name));
+    load_previous_plan(store, name).map(|p| (Arc::new(p), st))
+}
+
+/// The file a profile's plan in memory comes from, by phase.
+fn plan_file(store: &Store, name: &str, phase: Phase) -> PathBuf {
+    match phase {
+        Phase::Learning => store.previous_plan_path(name),
+        _ => store.plan_path(name),
+    }
+}
+
 /// What the daemon knows of a profile on disk.
 #[derive(Clone)]
 struct Known {
@@ -436,8 +450,9 @@ struct Known {
     /// `profile.json` as last read or written; `None`: read it again at
     /// the next check.
     profile: Option<FileStamp>,
-    /// A prefetching profile's plan and the stamp of its file. `None` with
-    /// `Prefetching`: not in memory, read it from the store.
+    /// A prefetching profile's plan, or a relearning profile's previous
+    /// plan, and the stamp of its file. `None` with `Prefetching`: not in
+    /// memory, read it from the store; with `Learning`: there is none.
     plan: Option<(Arc<Plan>, FileStamp)>,
     /// The profile's audit schedule: whether the next launch is audited.
     audit_next: bool,
@@ -484,10 +499,11 @@ impl Cache {
     }
 
     /// What the daemon is about to write for `prof`, with its plan if it
-    /// is prefetching. Call with `profiles` held, before `profile.json` is
-    /// replaced, then [`Cache::written`].
+    /// is prefetching (its previous plan if it is relearning). Call with
+    /// `profiles` held, before `profile.json` is replaced, then
+    /// [`Cache::written`].
     fn put(&self, prof: &Profile, plan: Option<(Arc<Plan>, FileStamp)>) {
-        let plan = plan.filter(|_| prof.phase == Phase::Prefetching);
+        let plan = plan.filter(|_| prof.phase != Phase::Ignored);
         self.lock().insert(
             prof.name.clone(),
             Known {
@@ -591,14 +607,13 @@ fn refresh(shared: &Shared, store: &Store, name: &str, log: &mut dyn Write) {
         cache.remove(name);
         return;
     }
-    let plan_st = file_stamp(&store.plan_path(name));
     let old = cache.get(name);
     // The plan in memory is still the file's (a launch counted in
     // `profile.json` by `warmstart run` leaves it alone).
-    let old_plan = old
-        .as_ref()
-        .and_then(|k| k.plan.clone())
-        .filter(|(_, st)| *st == plan_st);
+    let old_plan = old.as_ref().and_then(|k| {
+        let plan_st = file_stamp(&plan_file(store, name, k.phase));
+        k.plan.clone().filter(|(_, st)| *st == plan_st)
+    });
     if let Some(k) = &old {
         let plan_ok = k.phase != Phase::Prefetching || old_plan.is_some();
         if k.profile == Some(prof_st) && plan_ok {
@@ -635,7 +650,10 @@ fn refresh(shared: &Shared, store: &Store, name: &str, log: &mut dyn Write) {
                 return;
             }
         },
-        _ => None,
+        Phase::Learning => old_plan
+            .filter(|_| old.as_ref().is_some_and(|k| k.phase == Phase::Learning))
+            .or_else(|| load_previous_stamped(store, name)),
+        Phase::Ignored => None,
     };
     cache.lock().insert(
         name.to_string(),
@@ -1316,6 +1334,7 @@ fn decide(
     // From memory when the cache knows the profile (or knows there is
     // none); from the store otherwise, leaving repairs to the checker.
     let known = cache.get(&name);
+    let cached = known.is_some();
     let audit = known.as_ref().is_none_or(|k| k.audit_due(cfg.nchk));
     let (phase, plan) = match known {
         Some(k) => (k.phase, k.plan.map(|(p, _)| p)),
@@ -1331,7 +1350,10 @@ fn decide(
             // Reported and relearned by the checker, which reads it too.
             Err(_) => None,
         },
-        (Phase::Learning, _) => load_previous_plan(store, &name).map(Arc::new),
+        // A relearning profile's previous plan; the cache holds it, if any.
+        (Phase::Learning, None) if !cached && !cache.complete.load(Ordering::Acquire) => {
+            load_previous_plan(store, &name).map(Arc::new)
+        }
         (_, plan) => plan,
     };
     let relearn = phase == Phase::Learning;
@@ -1530,6 +1552,8 @@ fn finish_session(
             .and_then(|k| k.plan)
             .filter(|_| report.compiled.is_none())
             .or_else(|| load_plan_stamped(store, &s.name).ok())
+    } else if prof.phase == Phase::Learning {
+        load_previous_stamped(store, &s.name)
     } else {
         None
     };

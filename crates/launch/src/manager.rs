@@ -310,17 +310,17 @@ pub(crate) fn load_plan(store: &Store, name: &str) -> Result<Plan, String> {
     Plan::from_bytes(&bytes).map_err(|e| format!("plan {} rejected: {e}", p.display()))
 }
 
-/// Sends a profile back to learning. With `keep_plan` its plan stays, as
-/// the previous plan, to prefetch with while the new launches are recorded:
-/// the replay skips the files that changed, and the recording still sees
-/// every page a launch uses, prefetched or not. A plan that could not be
-/// read is not kept.
 /// A relearning profile's previous plan, if it has one that still reads.
 pub(crate) fn load_previous_plan(store: &Store, name: &str) -> Option<Plan> {
     let bytes = std::fs::read(store.previous_plan_path(name)).ok()?;
     Plan::from_bytes(&bytes).ok()
 }
 
+/// Sends a profile back to learning. With `keep_plan` its plan stays, as
+/// the previous plan, to prefetch with while the new launches are recorded:
+/// the replay skips the files that changed, and the recording still sees
+/// every page a launch uses, prefetched or not. A plan that could not be
+/// read is not kept.
 pub(crate) fn relearn(
     prof: &mut Profile,
     store: &Store,
