@@ -116,33 +116,62 @@ impl RealBackend {
         offset: u64,
         len: u64,
     ) -> Result<Residency, ReplayError> {
+        self.pages_in_cache(h, offset, len, true)
+    }
+
+    /// The range's pages in the page cache: with `count_in_flight`, what
+    /// `cachestat` counts (reads in progress included) when it answers,
+    /// else what `mincore` counts (up to date only).
+    fn pages_in_cache(
+        &self,
+        h: &RealHandle,
+        offset: u64,
+        len: u64,
+        count_in_flight: bool,
+    ) -> Result<Residency, ReplayError> {
         let page = page_size();
         let end = offset.saturating_add(len).min(h.size);
         if offset >= end {
             return Ok(Residency::default());
         }
-        let (first, last) = (offset / page, end.div_ceil(page));
+        let first = offset / page;
+        let last = end.div_ceil(page);
+        let pages = last - first;
+        let err = |source| ReplayError::Residency {
+            path: h.name.clone(),
+            source,
+        };
+        // Residency means "readable without I/O", which only mincore tells:
+        // it counts up-to-date pages. cachestat's nr_cache also counts the
+        // folios readahead has inserted and is still reading (measured here:
+        // right after a WILLNEED of 8 MiB it reports all 2048 pages while
+        // mincore sees a quarter of them), so it cannot end a wait. It is
+        // still asked first because both calls hide the page-cache state of
+        // files the caller could not write (a side channel): cachestat says
+        // so with EPERM, whereas mincore then claims every page resident.
+        // Before Linux 6.5 (ENOSYS) that lie cannot be detected; root is
+        // never affected (CAP_FOWNER).
         if self.cachestat.load(Ordering::Relaxed) != CACHESTAT_NO {
             match self.residency_cachestat(h, first, last, page) {
                 Ok(n) => {
-                    return Ok(Residency {
-                        resident: n.min(last - first),
-                        pages: last - first,
-                    })
+                    self.cachestat.store(CACHESTAT_YES, Ordering::Relaxed);
+                    if count_in_flight {
+                        return Ok(Residency {
+                            resident: n.min(pages),
+                            pages,
+                        });
+                    }
                 }
                 Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
                     self.cachestat.store(CACHESTAT_NO, Ordering::Relaxed);
                 }
+                // hugetlbfs refuses cachestat; mincore still answers.
                 Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {}
-                Err(source) => {
-                    return Err(ReplayError::Residency {
-                        path: h.name.clone(),
-                        source,
-                    })
-                }
+                Err(e) => return Err(err(e)),
             }
         }
-        self.residency(h, offset, len)
+        let resident = self.residency_mincore(h, first, last, page).map_err(err)?;
+        Ok(Residency { resident, pages })
     }
 
     /// Uses other roots for sysfs, procfs and devfs (for tests).
@@ -430,41 +459,7 @@ impl Backend for RealBackend {
     }
 
     fn residency(&self, h: &RealHandle, offset: u64, len: u64) -> Result<Residency, ReplayError> {
-        let page = page_size();
-        let end = offset.saturating_add(len).min(h.size);
-        if offset >= end {
-            return Ok(Residency::default());
-        }
-        let first = offset / page;
-        let last = end.div_ceil(page);
-        let pages = last - first;
-        let err = |source| ReplayError::Residency {
-            path: h.name.clone(),
-            source,
-        };
-        // Residency means "readable without I/O", which only mincore tells:
-        // it counts up-to-date pages. cachestat's nr_cache also counts the
-        // folios readahead has inserted and is still reading (measured here:
-        // right after a WILLNEED of 8 MiB it reports all 2048 pages while
-        // mincore sees a quarter of them), so it cannot end a wait. It is
-        // still asked first because both calls hide the page-cache state of
-        // files the caller could not write (a side channel): cachestat says
-        // so with EPERM, whereas mincore then claims every page resident.
-        // Before Linux 6.5 (ENOSYS) that lie cannot be detected; root is
-        // never affected (CAP_FOWNER).
-        if self.cachestat.load(Ordering::Relaxed) != CACHESTAT_NO {
-            match self.residency_cachestat(h, first, last, page) {
-                Ok(_) => self.cachestat.store(CACHESTAT_YES, Ordering::Relaxed),
-                Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
-                    self.cachestat.store(CACHESTAT_NO, Ordering::Relaxed);
-                }
-                // hugetlbfs refuses cachestat; mincore still answers.
-                Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {}
-                Err(e) => return Err(err(e)),
-            }
-        }
-        let resident = self.residency_mincore(h, first, last, page).map_err(err)?;
-        Ok(Residency { resident, pages })
+        self.pages_in_cache(h, offset, len, false)
     }
 
     fn set_io_priority(&self, prio: IoPriority) -> Result<(), ReplayError> {
