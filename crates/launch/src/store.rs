@@ -56,7 +56,7 @@ pub struct Profile {
     /// Prefetched launches since the last exact audit [N_chk].
     #[serde(default)]
     pub launches_since_audit: u64,
-    /// Length of the warm-launch tally already counted in `launches`
+    /// Length of the launches-in-place tally already counted in `launches`
     /// ([`Store::count_launch_in_place`]).
     #[serde(default)]
     pub in_place_counted: u64,
@@ -163,7 +163,7 @@ impl Store {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(Error::io(&p, e)),
         };
-        // Warm launches tallied since the profile was last written.
+        // Launches in place tallied since the profile was last written.
         if let Ok(m) = std::fs::metadata(self.dir(name).join(IN_PLACE_TALLY)) {
             let new = m.len().saturating_sub(prof.in_place_counted);
             prof.launches += new;
@@ -183,8 +183,8 @@ impl Store {
 
     /// Counts a launch that ran without the launch manager (its plan was
     /// resident, or it is too small to prefetch), without rewriting the
-    /// profile: one byte appended to
-    /// a tally that [`Store::load`] folds in. Rewriting profile.json costs
+    /// profile: one byte appended to a tally that [`Store::load`] folds
+    /// in. Rewriting profile.json costs
     /// ~0.5 ms here (ext4 starts writeback when a rename replaces a file),
     /// a quarter of what a warm launch may cost in all. Appends are atomic,
     /// so concurrent launches each count.

@@ -64,22 +64,17 @@ pub fn reset_signals_for_exec() {
 /// otherwise `execvp` searches. Returns only if the exec failed.
 pub fn exec_in_place(program: Option<&std::path::Path>, argv: &[String]) -> io::Error {
     use std::os::unix::ffi::OsStrExt;
-    if argv.is_empty() {
-        return io::Error::new(io::ErrorKind::InvalidInput, "no command given");
-    }
-    let nul = || io::Error::new(io::ErrorKind::InvalidInput, "argument contains NUL");
-    let cargs: Result<Vec<CString>, _> = argv.iter().map(|a| CString::new(a.as_bytes())).collect();
-    let Ok(cargs) = cargs else {
-        return nul();
+    let cargs = match c_argv(argv) {
+        Ok(c) => c,
+        Err(e) => return e,
     };
     let Ok(path) = program
         .map(|p| CString::new(p.as_os_str().as_bytes()))
         .transpose()
     else {
-        return nul();
+        return nul_error();
     };
-    let mut ptrs: Vec<*const libc::c_char> = cargs.iter().map(|c| c.as_ptr()).collect();
-    ptrs.push(std::ptr::null());
+    let ptrs = c_pointers(&cargs);
     reset_signals_for_exec();
     // SAFETY: `ptrs` is a NULL-terminated array of pointers into `cargs`,
     // and `path` a C string; both outlive the call, which returns only on
@@ -93,6 +88,31 @@ pub fn exec_in_place(program: Option<&std::path::Path>, argv: &[String]) -> io::
     io::Error::last_os_error()
 }
 
+/// `argv` as C strings for exec; it must not be empty.
+fn c_argv(argv: &[String]) -> io::Result<Vec<CString>> {
+    if argv.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "no command given",
+        ));
+    }
+    argv.iter()
+        .map(|a| CString::new(a.as_bytes()))
+        .collect::<Result<_, _>>()
+        .map_err(|_| nul_error())
+}
+
+fn nul_error() -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, "argument contains NUL")
+}
+
+/// The NULL-terminated pointer array exec takes; valid while `cargs` lives.
+fn c_pointers(cargs: &[CString]) -> Vec<*const libc::c_char> {
+    let mut ptrs: Vec<*const libc::c_char> = cargs.iter().map(|c| c.as_ptr()).collect();
+    ptrs.push(std::ptr::null());
+    ptrs
+}
+
 /// A forked child waiting, before exec, for [`HeldChild::release`].
 #[derive(Debug)]
 pub struct HeldChild {
@@ -104,21 +124,10 @@ pub struct HeldChild {
 impl HeldChild {
     /// Forks a child that will exec `argv` (searched in PATH) once released.
     pub fn spawn(argv: &[String]) -> io::Result<HeldChild> {
-        if argv.is_empty() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "no command given",
-            ));
-        }
         // Everything the child needs is prepared before fork: after fork in
         // a threaded process only async-signal-safe calls are allowed.
-        let cargs: Vec<CString> = argv
-            .iter()
-            .map(|a| CString::new(a.as_bytes()))
-            .collect::<Result<_, _>>()
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "argument contains NUL"))?;
-        let mut ptrs: Vec<*const libc::c_char> = cargs.iter().map(|c| c.as_ptr()).collect();
-        ptrs.push(std::ptr::null());
+        let cargs = c_argv(argv)?;
+        let ptrs = c_pointers(&cargs);
         let (go_r, go_w) = pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
         let (err_r, err_w) = pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
 
