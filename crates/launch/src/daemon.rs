@@ -56,6 +56,9 @@ pub struct DaemonConfig {
     pub memory_floor_mib: Option<u64>,
     /// `idle` or `be:0`..`be:7`.
     pub io_priority: Option<String>,
+    /// CPUs the replays run on: `one` (the last CPU, leaving the others to
+    /// the applications), `all`, or a list such as `0,2-3`.
+    pub replay_cpus: String,
     pub state_dir: PathBuf,
     /// Profiles beyond this total size are evicted, least recently used first.
     pub store_max_mib: u64,
@@ -94,6 +97,7 @@ impl Default for DaemonConfig {
             replay_workers: 8,
             memory_floor_mib: None,
             io_priority: None,
+            replay_cpus: "one".into(),
             state_dir: PathBuf::from("/var/lib/warmstart"),
             store_max_mib: 256,
             idle_s: 2.0,
@@ -137,6 +141,9 @@ impl DaemonConfig {
             p.parse::<warmstart_replay::IoPriority>()
                 .map_err(|e| format!("io_priority {p:?}: {e}"))?;
         }
+        self.replay_cpus
+            .parse::<warmstart_replay::ReplayCpus>()
+            .map_err(|e| format!("replay_cpus: {e}"))?;
         if !(self.idle_s > 0.0 && self.timeout_s >= self.idle_s) {
             return Err("need 0 < idle_s <= timeout_s".into());
         }
@@ -681,6 +688,7 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
     cfg.replay.workers = dcfg.replay_workers.clamp(1, 64);
     cfg.replay.queue_depth = 2 * cfg.replay.workers;
     cfg.replay.io_priority = dcfg.io_priority.as_ref().and_then(|p| p.parse().ok());
+    cfg.replay.cpus = dcfg.replay_cpus.parse().unwrap_or_default();
 
     // Two daemons would trace everything twice and fight over profiles.
     if let Some(other) = query(&dcfg.socket) {
@@ -1691,6 +1699,8 @@ mod tests {
             ("allow = [\"[\"]\n", Some("bad glob")),
             ("max_concurrent_replays = 0\n", Some("at least 1")),
             ("io_priority = \"fast\"\n", Some("io_priority")),
+            ("replay_cpus = \"1,3-4\"\n", None),
+            ("replay_cpus = \"two\"\n", Some("replay_cpus")),
         ];
         for (text, want) in cases {
             std::fs::write(&p, text).unwrap();

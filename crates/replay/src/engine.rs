@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use warmstart_plan::trace::{FileId, PAGE_SIZE};
 use warmstart_plan::{Entry, Plan};
 
-use crate::backend::{Backend, IoPriority, LookupOutcome, MemInfo};
+use crate::backend::{Backend, IoPriority, LookupOutcome, MemInfo, ReplayCpus};
 use crate::error::dev_name;
 use crate::report::{
     Count, IdField, LookupCounts, MemoryReport, Report, SkipReason, SkippedDevice, SkippedFile,
@@ -49,6 +49,8 @@ pub struct Options {
     pub queue_depth: usize,
     /// I/O priority of the worker threads; `None` leaves it inherited.
     pub io_priority: Option<IoPriority>,
+    /// CPUs the replay's threads run on (see [`ReplayCpus`]).
+    pub cpus: ReplayCpus,
     /// Stop when `MemAvailable - bytes still to issue` would fall below this
     /// many bytes. `None`: [`Options::default_memory_floor`] of the machine's
     /// RAM; `Some(0)` turns the guard off.
@@ -97,6 +99,7 @@ impl Default for Options {
             workers,
             queue_depth: 2 * workers,
             io_priority: None,
+            cpus: ReplayCpus::default(),
             memory_floor: None,
             memory_check_interval: Duration::from_millis(10),
             wait: None,
@@ -213,6 +216,9 @@ impl<'b, B: Backend> Engine<'b, B> {
         state.progress = Some(Arc::clone(&self.progress));
         state.first_started = Some(Arc::clone(&self.first_started));
         state.first_issued = Some(Arc::clone(&self.first_issued));
+        // This thread dispatches: it is confined with the workers for the
+        // replay and gets its own CPUs back afterwards.
+        let restore = self.confine(&mut state);
         let setup = t0.elapsed();
 
         let t1 = Instant::now();
@@ -227,14 +233,22 @@ impl<'b, B: Backend> Engine<'b, B> {
             available_at_stop: None,
             remaining_at_stop: None,
         };
-        self.issue(plan, &state, &mut dispatch)?;
+        let issued = self.issue(plan, &state, &mut dispatch);
         let issue = t1.elapsed();
 
         let t2 = Instant::now();
         let wait = match self.opts.wait {
-            Some(timeout) if !dispatch.cancelled => Some(self.wait(plan, &state, t2 + timeout)),
+            Some(timeout) if issued.is_ok() && !dispatch.cancelled => {
+                Some(self.wait(plan, &state, t2 + timeout))
+            }
             _ => None,
         };
+        if let Some(cpus) = restore {
+            if let Err(e) = self.backend.set_thread_cpus(&cpus) {
+                state.note(e.to_string());
+            }
+        }
+        issued?;
         let wait_time = if wait.is_some() {
             t2.elapsed()
         } else {
@@ -244,6 +258,7 @@ impl<'b, B: Backend> Engine<'b, B> {
         let mut report = state.report(plan);
         report.workers = self.opts.workers;
         report.queue_depth = self.opts.queue_depth;
+        report.cpus = state.cpus.clone();
         report.entries_not_reached = dispatch.not_reached;
         report.stopped_by_memory = dispatch.stopped_by_memory;
         report.cancelled = dispatch.cancelled || self.cancel.load(Ordering::Relaxed);
@@ -395,6 +410,33 @@ impl<'b, B: Backend> Engine<'b, B> {
         d.available_at_stop = Some(available);
         d.remaining_at_stop = Some(remaining);
         false
+    }
+
+    /// Picks the replay's CPUs and confines the calling thread to them (the
+    /// workers it starts inherit them); returns the CPUs it had, to give
+    /// back. A failure is noted and the replay runs unconfined.
+    fn confine(&self, state: &mut State<'_, B>) -> Option<Vec<usize>> {
+        if self.opts.cpus == ReplayCpus::All {
+            return None;
+        }
+        let had = match self.backend.thread_cpus() {
+            Ok(c) => c,
+            Err(e) => {
+                state.note(e.to_string());
+                return None;
+            }
+        };
+        let cpus = self.opts.cpus.choose(&had)?;
+        match self.backend.set_thread_cpus(&cpus) {
+            Ok(()) => {
+                state.cpus = Some(cpus);
+                Some(had)
+            }
+            Err(e) => {
+                state.note(e.to_string());
+                None
+            }
+        }
     }
 
     fn worker(&self, state: &State<'_, B>, rx: &Mutex<Receiver<Work>>) {
@@ -574,6 +616,8 @@ struct State<'a, B: Backend> {
     busy_data: AtomicU64,
     busy_meta: AtomicU64,
     busy_lookup: AtomicU64,
+    /// The CPUs the replay's threads are confined to, if they are.
+    cpus: Option<Vec<usize>>,
 }
 
 /// How many problem messages a report keeps.
@@ -641,6 +685,7 @@ impl<'a, B: Backend> State<'a, B> {
             busy_data: AtomicU64::new(0),
             busy_meta: AtomicU64::new(0),
             busy_lookup: AtomicU64::new(0),
+            cpus: None,
         }
     }
 

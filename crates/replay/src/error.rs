@@ -68,6 +68,9 @@ pub enum ReplayError {
         prio: crate::IoPriority,
         source: io::Error,
     },
+    /// `sched_setaffinity(2)` or `sched_getaffinity(2)` failed.
+    #[error("cannot confine the replay to CPUs {cpus}: {source}")]
+    Affinity { cpus: String, source: io::Error },
     /// A worker thread could not be started.
     #[error("cannot start a replay worker thread: {source}")]
     Thread { source: io::Error },

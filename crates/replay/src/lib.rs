@@ -27,7 +27,7 @@ pub mod mock;
 mod real;
 mod report;
 
-pub use backend::{Backend, IoPriority, LookupOutcome, MemInfo, Residency};
+pub use backend::{Backend, IoPriority, LookupOutcome, MemInfo, ReplayCpus, Residency};
 pub use engine::{monotonic_ns, replay, Engine, Options};
 pub use error::{dev_name, ReplayError};
 pub use mock::MockBackend;

@@ -34,6 +34,8 @@ pub enum Call {
         len: u64,
     },
     IoPriority(IoPriority),
+    /// A thread confined itself to these CPUs.
+    Cpus(Vec<usize>),
 }
 
 /// A mock open file or device.
@@ -83,6 +85,8 @@ pub struct MockBackend {
     live: Arc<AtomicUsize>,
     /// Page ranges prefetched, per target.
     prefetched: Mutex<HashMap<String, Vec<(u64, u64)>>>,
+    /// What `thread_cpus` answers: two CPUs unless set.
+    cpus: Mutex<Vec<usize>>,
 }
 
 impl Default for MockBackend {
@@ -114,7 +118,14 @@ impl MockBackend {
             not_resident_polls: AtomicU64::new(0),
             live: Arc::new(AtomicUsize::new(0)),
             prefetched: Mutex::new(HashMap::new()),
+            cpus: Mutex::new(vec![0, 1]),
         }
+    }
+
+    /// The CPUs threads may run on.
+    pub fn with_cpus(self, cpus: &[usize]) -> Self {
+        *lock(&self.cpus) = cpus.to_vec();
+        self
     }
 
     /// A regular file whose open reports identity `id`.
@@ -352,6 +363,15 @@ impl Backend for MockBackend {
 
     fn set_io_priority(&self, prio: IoPriority) -> Result<(), ReplayError> {
         self.record(Call::IoPriority(prio));
+        Ok(())
+    }
+
+    fn thread_cpus(&self) -> Result<Vec<usize>, ReplayError> {
+        Ok(lock(&self.cpus).clone())
+    }
+
+    fn set_thread_cpus(&self, cpus: &[usize]) -> Result<(), ReplayError> {
+        self.record(Call::Cpus(cpus.to_vec()));
         Ok(())
     }
 }

@@ -462,6 +462,48 @@ impl Backend for RealBackend {
         self.pages_in_cache(h, offset, len, false)
     }
 
+    fn thread_cpus(&self) -> Result<Vec<usize>, ReplayError> {
+        // SAFETY: a zeroed cpu_set_t is a valid empty set; the kernel writes
+        // at most its size; pid 0 is the calling thread.
+        let set = unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+                return Err(ReplayError::Affinity {
+                    cpus: "(reading the current ones)".into(),
+                    source: io::Error::last_os_error(),
+                });
+            }
+            set
+        };
+        // SAFETY: CPU_ISSET reads the set; every index is below CPU_SETSIZE.
+        Ok((0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+            .collect())
+    }
+
+    fn set_thread_cpus(&self, cpus: &[usize]) -> Result<(), ReplayError> {
+        let fail = |source| ReplayError::Affinity {
+            cpus: crate::ReplayCpus::List(cpus.to_vec()).to_string(),
+            source,
+        };
+        if cpus.iter().any(|&c| c >= libc::CPU_SETSIZE as usize) {
+            return Err(fail(io::Error::from_raw_os_error(libc::EINVAL)));
+        }
+        // SAFETY: a zeroed cpu_set_t is a valid empty set and every index
+        // is below CPU_SETSIZE; pid 0 is the calling thread.
+        let r = unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            for &c in cpus {
+                libc::CPU_SET(c, &mut set);
+            }
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+        };
+        if r != 0 {
+            return Err(fail(io::Error::last_os_error()));
+        }
+        Ok(())
+    }
+
     fn set_io_priority(&self, prio: IoPriority) -> Result<(), ReplayError> {
         // SAFETY: plain syscall with integer arguments; it affects only the
         // calling thread (who = IOPRIO_WHO_PROCESS, id = 0).

@@ -180,6 +180,9 @@ pub struct Timings {
 pub struct Report {
     pub workers: usize,
     pub queue_depth: usize,
+    /// The CPUs the replay's threads were confined to; `None`: anywhere.
+    #[serde(default)]
+    pub cpus: Option<Vec<usize>>,
     /// Entries in the schedule.
     pub entries_total: u64,
     /// Entries issued: data and metadata entries whose first request was

@@ -11,8 +11,8 @@ use warmstart_plan::trace::{FileId, NsOpKind};
 use warmstart_plan::{Entry, Plan};
 use warmstart_replay::mock::{Call, MockBackend};
 use warmstart_replay::{
-    replay, Count, Engine, IdField, IoPriority, LookupOutcome, MemInfo, Options, ReplayError,
-    SkipReason,
+    replay, Backend, Count, Engine, IdField, IoPriority, LookupOutcome, MemInfo, Options,
+    RealBackend, ReplayCpus, ReplayError, Residency, SkipReason,
 };
 
 const K: u64 = 1024;
@@ -78,7 +78,7 @@ fn opts(workers: usize) -> Options {
 fn io_calls(b: &MockBackend) -> Vec<Call> {
     b.calls()
         .into_iter()
-        .filter(|c| !matches!(c, Call::Memory | Call::IoPriority(_)))
+        .filter(|c| !matches!(c, Call::Memory | Call::IoPriority(_) | Call::Cpus(_)))
         .collect()
 }
 
@@ -665,6 +665,110 @@ fn io_priority_is_set_on_every_worker() {
         .filter(|c| **c == Call::IoPriority(IoPriority::Idle))
         .count();
     assert_eq!(n, 3);
+}
+
+#[test]
+fn replay_is_confined_to_one_cpu_and_gives_the_callers_back() {
+    let b = MockBackend::new()
+        .with_file("/a", id(1))
+        .with_cpus(&[0, 1, 2]);
+    let p = plan(&[("/a", id(1))], &[], vec![data(0, 0, 4 * K)]);
+    let r = replay(&p, &opts(2), &b).unwrap();
+    assert_eq!(r.cpus, Some(vec![2]));
+    let cpus: Vec<Call> = b
+        .calls()
+        .into_iter()
+        .filter(|c| matches!(c, Call::Cpus(_)))
+        .collect();
+    assert_eq!(cpus, [Call::Cpus(vec![2]), Call::Cpus(vec![0, 1, 2])]);
+
+    // A process on one CPU, or `all`, is left alone; a list is used as is.
+    let cases = [
+        (ReplayCpus::One, vec![3], None),
+        (ReplayCpus::All, vec![0, 1], None),
+        (ReplayCpus::List(vec![0]), vec![0, 1], Some(vec![0])),
+    ];
+    for (choice, allowed, want) in cases {
+        let b = MockBackend::new()
+            .with_file("/a", id(1))
+            .with_cpus(&allowed);
+        let o = Options {
+            cpus: choice.clone(),
+            ..opts(1)
+        };
+        assert_eq!(replay(&p, &o, &b).unwrap().cpus, want, "{choice}");
+    }
+}
+
+/// The mock's files with the real thread affinity calls; every prefetch
+/// records the CPUs its thread may run on.
+struct RealAffinity {
+    mock: MockBackend,
+    real: RealBackend,
+    seen: std::sync::Mutex<Vec<Vec<usize>>>,
+}
+
+impl Backend for RealAffinity {
+    type Handle = <MockBackend as Backend>::Handle;
+    fn open_file(&self, path: &std::path::Path) -> Result<(Self::Handle, FileId), ReplayError> {
+        self.mock.open_file(path)
+    }
+    fn open_device(&self, device: u64) -> Result<Self::Handle, ReplayError> {
+        self.mock.open_device(device)
+    }
+    fn prefetch(&self, h: &Self::Handle, offset: u64, len: u64) -> Result<(), ReplayError> {
+        self.seen.lock().unwrap().push(self.real.thread_cpus()?);
+        self.mock.prefetch(h, offset, len)
+    }
+    fn lookup(&self, kind: NsOpKind, path: &std::path::Path) -> Result<LookupOutcome, ReplayError> {
+        self.mock.lookup(kind, path)
+    }
+    fn memory(&self) -> Result<MemInfo, ReplayError> {
+        self.mock.memory()
+    }
+    fn read_ahead(&self, device: u64) -> Option<u64> {
+        self.mock.read_ahead(device)
+    }
+    fn residency(&self, h: &Self::Handle, o: u64, l: u64) -> Result<Residency, ReplayError> {
+        self.mock.residency(h, o, l)
+    }
+    fn set_io_priority(&self, prio: IoPriority) -> Result<(), ReplayError> {
+        self.mock.set_io_priority(prio)
+    }
+    fn thread_cpus(&self) -> Result<Vec<usize>, ReplayError> {
+        self.real.thread_cpus()
+    }
+    fn set_thread_cpus(&self, cpus: &[usize]) -> Result<(), ReplayError> {
+        self.real.set_thread_cpus(cpus)
+    }
+}
+
+#[test]
+fn workers_really_run_on_the_replays_cpu() {
+    // In a thread of its own: the test harness's threads keep theirs.
+    std::thread::spawn(|| {
+        let b = RealAffinity {
+            mock: MockBackend::new().with_file("/a", id(1)),
+            real: RealBackend::new(),
+            seen: Default::default(),
+        };
+        let before = b.real.thread_cpus().unwrap();
+        let entries = (0..12u64).map(|i| data(0, i * 4 * K, 4 * K)).collect();
+        let r = replay(&plan(&[("/a", id(1))], &[], entries), &opts(4), &b).unwrap();
+        assert_eq!(r.error_count, 0, "{:?}", r.errors);
+        let want = if before.len() > 1 {
+            vec![*before.last().unwrap()]
+        } else {
+            before.clone()
+        };
+        assert_eq!(r.cpus, (before.len() > 1).then(|| want.clone()));
+        let seen = b.seen.lock().unwrap();
+        assert_eq!(seen.len(), 12);
+        assert!(seen.iter().all(|c| *c == want), "{seen:?}");
+        assert_eq!(b.real.thread_cpus().unwrap(), before, "caller's CPUs back");
+    })
+    .join()
+    .unwrap();
 }
 
 #[test]

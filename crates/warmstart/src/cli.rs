@@ -187,6 +187,9 @@ pub struct ReplayArgs {
     /// Stop when MemAvailable would fall below this many MiB.
     #[arg(long, value_name = "MIB")]
     pub memory_floor: Option<u64>,
+    /// CPUs the replay runs on: one (the last CPU, leaving the others to applications), all, or a list such as 0,2-3.
+    #[arg(long, value_name = "CPUS", default_value = "one")]
+    pub cpus: warmstart_replay::ReplayCpus,
     /// Print the full report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -223,6 +226,9 @@ pub struct RunArgs {
     /// Replay worker threads (default: the launch manager's).
     #[arg(long)]
     pub workers: Option<usize>,
+    /// CPUs the replay runs on: one (the last CPU, leaving the others to the application), all, or a list such as 0,2-3.
+    #[arg(long, value_name = "CPUS", default_value = "one")]
+    pub replay_cpus: warmstart_replay::ReplayCpus,
     /// Print what the launch manager did (stderr), or with --json as JSON.
     #[arg(short, long)]
     pub verbose: bool,

@@ -35,6 +35,7 @@ pub fn run(args: RunArgs, quiet: bool) -> Result<i32> {
         cfg.replay.workers = w.clamp(1, 64);
         cfg.replay.queue_depth = 2 * cfg.replay.workers;
     }
+    cfg.replay.cpus = args.replay_cpus.clone();
     let (exit, report) = warmstart_launch::run(&args.command, args.profile.as_deref(), &cfg)?;
     if let Some(p) = &args.report {
         std::fs::write(p, serde_json::to_vec_pretty(&report)?)

@@ -25,6 +25,7 @@ pub fn run(args: ReplayArgs, quiet: bool) -> Result<i32> {
     if let Some(mib) = args.memory_floor {
         opts.memory_floor = Some(mib << 20);
     }
+    opts.cpus = args.cpus.clone();
     if args.wait {
         opts.wait = Some(Options::DEFAULT_WAIT_TIMEOUT);
     }
