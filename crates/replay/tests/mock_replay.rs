@@ -196,6 +196,47 @@ fn skip_reasons_table() {
 }
 
 #[test]
+fn requests_are_cut_at_max_request_below_a_large_read_ahead() {
+    // A disk reading ahead 8 MiB: a 1.25 MiB entry is cut at 512 KiB (the
+    // default), or at whatever max_request says.
+    let b = || {
+        MockBackend::new()
+            .with_file("/a", id(1))
+            .with_read_ahead(sda(), 8 * M)
+    };
+    let p = plan(&[("/a", id(1))], &[], vec![data(0, 0, 1280 * K)]);
+    let cases = [
+        (
+            Options::DEFAULT_MAX_REQUEST,
+            vec![(0, 512), (512, 512), (1024, 256)],
+        ),
+        (8 * M, vec![(0, 1280)]),
+        (1000 * K, vec![(0, 1000), (1000, 280)]),
+    ];
+    for (max, want) in cases {
+        let backend = b();
+        let o = Options {
+            max_request: max,
+            ..opts(1)
+        };
+        let r = replay(&p, &o, &backend).unwrap();
+        let want: Vec<Call> = std::iter::once(Call::OpenFile("/a".into()))
+            .chain(want.iter().map(|&(o, l)| prefetch("/a", o * K, l * K)))
+            .collect();
+        assert_eq!(io_calls(&backend), want, "max_request {max}");
+        assert_eq!(r.data.bytes, 1280 * K);
+    }
+    let o = Options {
+        max_request: 100,
+        ..opts(1)
+    };
+    assert!(matches!(
+        Engine::new(&b(), o),
+        Err(ReplayError::Options(m)) if m.contains("too small")
+    ));
+}
+
+#[test]
 fn requests_are_cut_at_the_devices_read_ahead() {
     let other = FileId {
         dev: libc::makedev(0, 40),

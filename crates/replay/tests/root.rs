@@ -180,7 +180,8 @@ fn root_replay_makes_an_evicted_file_resident() {
     assert_eq!((r.data.entries, r.data.bytes), (2, len));
     let chunk = read_ahead_bytes(Path::new("/sys"), id.dev)
         .filter(|&b| b > 0)
-        .unwrap_or(Options::DEFAULT_CHUNK);
+        .unwrap_or(Options::DEFAULT_CHUNK)
+        .min(Options::DEFAULT_MAX_REQUEST);
     assert_eq!(
         r.requests,
         2 * (4 * MIB).div_ceil(chunk),

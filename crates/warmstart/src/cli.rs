@@ -190,6 +190,9 @@ pub struct ReplayArgs {
     /// CPUs the replay runs on: one (the last CPU, leaving the others to applications), all, or a list such as 0,2-3.
     #[arg(long, value_name = "CPUS", default_value = "one")]
     pub cpus: warmstart_replay::ReplayCpus,
+    /// Largest request in KiB (below the device's read-ahead size).
+    #[arg(long, value_name = "KIB", default_value_t = warmstart_replay::Options::DEFAULT_MAX_REQUEST / 1024)]
+    pub max_request: u64,
     /// Print the full report as JSON on stdout.
     #[arg(long)]
     pub json: bool,

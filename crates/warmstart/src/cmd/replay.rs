@@ -26,6 +26,7 @@ pub fn run(args: ReplayArgs, quiet: bool) -> Result<i32> {
         opts.memory_floor = Some(mib << 20);
     }
     opts.cpus = args.cpus.clone();
+    opts.max_request = args.max_request.saturating_mul(1024);
     if args.wait {
         opts.wait = Some(Options::DEFAULT_WAIT_TIMEOUT);
     }
