@@ -21,7 +21,10 @@
 //!    device, for metadata) are joined when the hole between them is at most
 //!    `merge_gap` bytes and they are at most `merge_distance` positions apart
 //!    in the schedule. The hole is read too: fewer, larger requests for a
-//!    little wasted I/O. The joined range takes the earliest position.
+//!    little wasted I/O. The joined range takes the earliest position. A
+//!    range is not joined behind more than [`BACKWARD_JOIN_LIMIT`] bytes
+//!    that were needed after it, since the replay reads a range from its
+//!    start.
 //! 5. **lookups**: path lookups (negative ones too: they cost directory
 //!    reads) are placed at their time, but never after the first data read
 //!    of the same path. A plain lookup of a file the plan reads is left out:
@@ -829,10 +832,19 @@ fn coalesce(key: u32, mut segs: Vec<Seg>) -> Vec<Run> {
     runs
 }
 
+/// The most bytes a joined range may read ahead of a piece that was needed
+/// before them. The replay issues a range from its start, so in the Python
+/// launch the page `execve` faults on first (the bss page at the end of the
+/// binary) was joined behind the 4 MiB the kernel then read around it and
+/// arrived last; the launch stood 3-6 ms in `elf_load` waiting for it.
+pub const BACKWARD_JOIN_LIMIT: u64 = 256 * 1024;
+
 /// Paralfetch's range merge, with a hole allowance: walks each key's ranges
 /// in offset order and joins neighbours whose hole is at most `gap` bytes
-/// while the group spans at most `distance` schedule positions. Returns the
-/// ranges and the hole bytes added.
+/// while the group spans at most `distance` schedule positions, unless
+/// the group already holds more than [`BACKWARD_JOIN_LIMIT`] bytes needed
+/// later than the range joining it. Returns the ranges and the hole bytes
+/// added.
 fn range_merge(runs: Vec<Run>, gap: u64, distance: u32) -> (Vec<Run>, u64) {
     let mut order: Vec<usize> = (0..runs.len()).collect();
     order.sort_unstable_by_key(|&i| (runs[i].t, runs[i].key, runs[i].start));
@@ -843,24 +855,35 @@ fn range_merge(runs: Vec<Run>, gap: u64, distance: u32) -> (Vec<Run>, u64) {
     order.sort_unstable_by_key(|&i| (runs[i].key, runs[i].start));
     let mut out: Vec<Run> = Vec::with_capacity(runs.len());
     let mut holes = 0;
-    // The open group: its range and the schedule positions it spans.
+    // The open group: its range, the schedule positions it spans, and its
+    // members' (position, bytes). Members have distinct positions within
+    // `distance`, so there are few.
     let mut group: Option<(Run, u64, u64)> = None;
+    let mut members: Vec<(u64, u64)> = Vec::new();
     for i in order {
         let r = runs[i];
         let p = pos[i];
         if let Some((g, lo, hi)) = &mut group {
             let hole = r.start.saturating_sub(g.end);
-            if g.key == r.key && hole <= gap && (*hi).max(p) - (*lo).min(p) <= u64::from(distance) {
+            let later: u64 = members.iter().filter(|m| m.0 > p).map(|m| m.1).sum();
+            if g.key == r.key
+                && hole <= gap
+                && (*hi).max(p) - (*lo).min(p) <= u64::from(distance)
+                && later <= BACKWARD_JOIN_LIMIT
+            {
                 holes += hole;
                 g.end = g.end.max(r.end);
                 g.t = g.t.min(r.t);
                 *lo = (*lo).min(p);
                 *hi = (*hi).max(p);
+                members.push((p, r.len()));
                 continue;
             }
             out.push(*g);
         }
         group = Some((r, p, p));
+        members.clear();
+        members.push((p, r.len()));
     }
     out.extend(group.map(|(g, _, _)| g));
     (out, holes)
@@ -1289,6 +1312,39 @@ mod tests {
             assert_eq!(show(&c.plan), want, "gap {gap} distance {distance}");
             assert_eq!(c.report.bytes_holes, holes, "gap {gap} distance {distance}");
             assert_eq!(c.plan.data_bytes(), 5 * P + holes);
+        }
+    }
+
+    #[test]
+    fn merge_keeps_a_page_needed_first_ahead_of_a_large_read_before_it() {
+        // What execve does: it faults on the page where the bss begins,
+        // near the binary's end, and the kernel reads 4 MiB around it.
+        let big = BACKWARD_JOIN_LIMIT / P;
+        let cases: Vec<(Vec<(u64, u64, u64)>, Vec<&str>)> = vec![
+            (
+                vec![(1024, 1, 0), (0, 1024, 1), (1025, 4, 2)],
+                vec!["/a 1024+5", "/a 0+1024"],
+            ),
+            // Up to the limit, the range behind it still joins.
+            (vec![(big, 1, 0), (0, big, 1)], vec!["/a 0+65"]),
+            (
+                vec![(big + 1, 1, 0), (0, big + 1, 1)],
+                vec!["/a 65+1", "/a 0+65"],
+            ),
+            // Read forwards, a large range joins as before.
+            (vec![(0, 1024, 0), (1024, 1, 1)], vec!["/a 0+1025"]),
+        ];
+        for (extents, want) in cases {
+            let trace = t().file("/a", 1, &extents).done();
+            let c = run(
+                &[trace],
+                &CompileOptions {
+                    merge_gap: DEFAULT_MERGE_GAP,
+                    merge_distance: DEFAULT_MERGE_DISTANCE,
+                    ..plain()
+                },
+            );
+            assert_eq!(show(&c.plan), want, "{extents:?}");
         }
     }
 
