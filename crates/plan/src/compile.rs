@@ -1320,7 +1320,9 @@ mod tests {
         // What execve does: it faults on the page where the bss begins,
         // near the binary's end, and the kernel reads 4 MiB around it.
         let big = BACKWARD_JOIN_LIMIT / P;
-        let cases: Vec<(Vec<(u64, u64, u64)>, Vec<&str>)> = vec![
+        // (page, pages, t) extents of /a, and the plan wanted.
+        type Case = (Vec<(u64, u64, u64)>, Vec<&'static str>);
+        let cases: Vec<Case> = vec![
             (
                 vec![(1024, 1, 0), (0, 1024, 1), (1025, 4, 2)],
                 vec!["/a 1024+5", "/a 0+1024"],
