@@ -832,8 +832,9 @@ fn coalesce(key: u32, mut segs: Vec<Seg>) -> Vec<Run> {
     runs
 }
 
-/// The most bytes a joined range may read ahead of a piece that was needed
-/// before them. The replay issues a range from its start, so in the Python
+/// The most bytes of ranges needed later that a joined range may read
+/// ahead of a piece needed before them (the holes between are not
+/// counted). The replay issues a range from its start, so in the Python
 /// launch the page `execve` faults on first (the bss page at the end of the
 /// binary) was joined behind the 4 MiB the kernel then read around it and
 /// arrived last; the launch stood 3-6 ms in `elf_load` waiting for it.
@@ -856,34 +857,41 @@ fn range_merge(runs: Vec<Run>, gap: u64, distance: u32) -> (Vec<Run>, u64) {
     let mut out: Vec<Run> = Vec::with_capacity(runs.len());
     let mut holes = 0;
     // The open group: its range, the schedule positions it spans, and its
-    // members' (position, bytes). Members have distinct positions within
-    // `distance`, so there are few.
+    // members' bytes by position (positions are distinct).
     let mut group: Option<(Run, u64, u64)> = None;
-    let mut members: Vec<(u64, u64)> = Vec::new();
+    let mut members: BTreeMap<u64, u64> = BTreeMap::new();
+    // Whether the members placed after `p` hold at most the limit; stops
+    // counting past it, so a wide `distance` costs no more.
+    let few_later = |members: &BTreeMap<u64, u64>, p: u64| {
+        let mut later = 0u64;
+        members.range(p + 1..).all(|(_, &b)| {
+            later += b;
+            later <= BACKWARD_JOIN_LIMIT
+        })
+    };
     for i in order {
         let r = runs[i];
         let p = pos[i];
         if let Some((g, lo, hi)) = &mut group {
             let hole = r.start.saturating_sub(g.end);
-            let later: u64 = members.iter().filter(|m| m.0 > p).map(|m| m.1).sum();
             if g.key == r.key
                 && hole <= gap
                 && (*hi).max(p) - (*lo).min(p) <= u64::from(distance)
-                && later <= BACKWARD_JOIN_LIMIT
+                && few_later(&members, p)
             {
                 holes += hole;
                 g.end = g.end.max(r.end);
                 g.t = g.t.min(r.t);
                 *lo = (*lo).min(p);
                 *hi = (*hi).max(p);
-                members.push((p, r.len()));
+                members.insert(p, r.len());
                 continue;
             }
             out.push(*g);
         }
         group = Some((r, p, p));
         members.clear();
-        members.push((p, r.len()));
+        members.insert(p, r.len());
     }
     out.extend(group.map(|(g, _, _)| g));
     (out, holes)

@@ -135,13 +135,39 @@ pub enum ReplayCpus {
 
 impl ReplayCpus {
     /// The CPUs to confine the replay's threads to, given the ones the
-    /// process may run on; `None`: leave them where they are.
+    /// process may run on; `None`: leave them where they are. A list keeps
+    /// only the CPUs allowed, and may come out empty.
     pub fn choose(&self, allowed: &[usize]) -> Option<Vec<usize>> {
         match self {
             ReplayCpus::One if allowed.len() > 1 => allowed.iter().max().map(|&c| vec![c]),
             ReplayCpus::One | ReplayCpus::All => None,
-            ReplayCpus::List(l) => Some(l.clone()),
+            ReplayCpus::List(l) => {
+                Some(l.iter().filter(|c| allowed.contains(c)).copied().collect())
+            }
         }
+    }
+}
+
+impl ReplayCpus {
+    /// A warning when a list names CPUs this process may not use, given
+    /// the ones it may.
+    pub fn check(&self, allowed: &[usize]) -> Option<String> {
+        let ReplayCpus::List(l) = self else {
+            return None;
+        };
+        let bad: Vec<usize> = l.iter().filter(|c| !allowed.contains(c)).copied().collect();
+        if bad.is_empty() {
+            return None;
+        }
+        let allowed = ReplayCpus::List(allowed.to_vec());
+        Some(if bad.len() == l.len() {
+            format!("replay CPUs {self}: none may be used here (allowed: {allowed}); replays will run anywhere")
+        } else {
+            format!(
+                "replay CPUs {self}: {} may not be used here (allowed: {allowed}); replays will use the others",
+                ReplayCpus::List(bad)
+            )
+        })
     }
 }
 
@@ -180,7 +206,7 @@ impl FromStr for ReplayCpus {
                 a.trim().parse().map_err(|_| bad())?,
                 b.trim().parse().map_err(|_| bad())?,
             );
-            if a > b || b >= 1024 {
+            if a > b || b >= libc::CPU_SETSIZE as usize {
                 return Err(bad());
             }
             cpus.extend(a..=b);
@@ -265,6 +291,17 @@ mod tests {
         assert_eq!(ReplayCpus::One.choose(&[5]), None);
         assert_eq!(ReplayCpus::All.choose(&[0, 1]), None);
         assert_eq!(ReplayCpus::List(vec![0]).choose(&[0, 1]), Some(vec![0]));
+        assert_eq!(ReplayCpus::List(vec![1, 7]).choose(&[0, 1]), Some(vec![1]));
+        assert_eq!(ReplayCpus::List(vec![7]).choose(&[0, 1]), Some(vec![]));
+        assert_eq!(ReplayCpus::List(vec![1]).check(&[0, 1]), None);
+        assert_eq!(ReplayCpus::One.check(&[0]), None);
+        let partly = ReplayCpus::List(vec![1, 7]).check(&[0, 1]).unwrap();
+        assert!(partly.contains("7 may not be used"), "{partly}");
+        let none = ReplayCpus::List(vec![7]).check(&[0, 1]).unwrap();
+        assert!(
+            none.contains("none may be used here (allowed: 0,1)"),
+            "{none}"
+        );
         assert_eq!(ReplayCpus::List(vec![0, 2]).to_string(), "0,2");
     }
 

@@ -239,7 +239,10 @@ impl<'b, B: Backend> Engine<'b, B> {
         state.first_issued = Some(Arc::clone(&self.first_issued));
         // This thread dispatches: it is confined with the workers, once the
         // first request is on its way, and gets its CPUs back afterwards.
-        let restore = self.choose_cpus(&mut state);
+        let _restore = self.choose_cpus(&mut state).map(|cpus| Restore {
+            backend: self.backend,
+            cpus,
+        });
         let setup = t0.elapsed();
 
         let t1 = Instant::now();
@@ -265,11 +268,6 @@ impl<'b, B: Backend> Engine<'b, B> {
             }
             _ => None,
         };
-        if let (Some(cpus), true) = (restore, dispatch.confined) {
-            if let Err(e) = self.backend.set_thread_cpus(&cpus) {
-                state.note(e.to_string());
-            }
-        }
         issued?;
         let wait_time = if wait.is_some() {
             t2.elapsed()
@@ -280,7 +278,11 @@ impl<'b, B: Backend> Engine<'b, B> {
         let mut report = state.report(plan);
         report.workers = self.opts.workers;
         report.queue_depth = self.opts.queue_depth;
-        report.cpus = state.cpus.clone();
+        // Only if a thread did move there.
+        report.cpus = state
+            .cpus
+            .clone()
+            .filter(|_| state.moved.load(Ordering::Relaxed));
         report.entries_not_reached = dispatch.not_reached;
         report.stopped_by_memory = dispatch.stopped_by_memory;
         report.cancelled = dispatch.cancelled || self.cancel.load(Ordering::Relaxed);
@@ -439,7 +441,7 @@ impl<'b, B: Backend> Engine<'b, B> {
     }
 
     /// Picks the replay's CPUs into `state.cpus`; returns the CPUs the
-    /// calling thread has, to give back once it was confined.
+    /// calling thread has, to give back at the end.
     fn choose_cpus(&self, state: &mut State<'_, B>) -> Option<Vec<usize>> {
         if self.opts.cpus == ReplayCpus::All {
             return None;
@@ -451,8 +453,20 @@ impl<'b, B: Backend> Engine<'b, B> {
                 return None;
             }
         };
-        state.cpus = Some(self.opts.cpus.choose(&had)?);
-        Some(had)
+        match self.opts.cpus.choose(&had) {
+            Some(cpus) if cpus.is_empty() => {
+                state.note(self.opts.cpus.check(&had).unwrap_or_default());
+                None
+            }
+            Some(cpus) => {
+                if let Some(w) = self.opts.cpus.check(&had) {
+                    state.note(w);
+                }
+                state.cpus = Some(cpus);
+                Some(had)
+            }
+            None => None,
+        }
     }
 
     /// Confines the calling thread to the replay's CPUs, if it has any.
@@ -464,8 +478,13 @@ impl<'b, B: Backend> Engine<'b, B> {
     /// and 30 launches. A failure is noted and the thread runs where it is.
     fn confine(&self, state: &State<'_, B>) {
         if let Some(cpus) = &state.cpus {
-            if let Err(e) = self.backend.set_thread_cpus(cpus) {
-                state.note(e.to_string());
+            match self.backend.set_thread_cpus(cpus) {
+                Ok(()) => state.moved.store(true, Ordering::Relaxed),
+                // One note, not one per thread.
+                Err(e) if !state.move_failed.swap(true, Ordering::Relaxed) => {
+                    state.note(e.to_string())
+                }
+                Err(_) => {}
             }
         }
     }
@@ -574,7 +593,8 @@ struct Dispatch {
     stopped_by_memory: bool,
     cancelled: bool,
     not_reached: u64,
-    /// This thread moved to the replay's CPUs (after the first entry).
+    /// This thread has tried to move to the replay's CPUs (after the
+    /// first entry).
     confined: bool,
     available_at_stop: Option<u64>,
     remaining_at_stop: Option<u64>,
@@ -657,6 +677,22 @@ struct State<'a, B: Backend> {
     busy_lookup: AtomicU64,
     /// The CPUs the replay's threads are confined to, if they are.
     cpus: Option<Vec<usize>>,
+    /// A thread moved to `cpus`; one failed to.
+    moved: AtomicBool,
+    move_failed: AtomicBool,
+}
+
+/// Gives the dispatching thread its CPUs back, however the replay ends.
+struct Restore<'b, B: Backend> {
+    backend: &'b B,
+    cpus: Vec<usize>,
+}
+
+impl<B: Backend> Drop for Restore<'_, B> {
+    fn drop(&mut self) {
+        // It had them a moment ago; nothing to report if it cannot.
+        let _ = self.backend.set_thread_cpus(&self.cpus);
+    }
 }
 
 /// How many problem messages a report keeps.
@@ -726,6 +762,8 @@ impl<'a, B: Backend> State<'a, B> {
             busy_meta: AtomicU64::new(0),
             busy_lookup: AtomicU64::new(0),
             cpus: None,
+            moved: AtomicBool::new(false),
+            move_failed: AtomicBool::new(false),
         }
     }
 

@@ -87,6 +87,7 @@ pub struct MockBackend {
     prefetched: Mutex<HashMap<String, Vec<(u64, u64)>>>,
     /// What `thread_cpus` answers: two CPUs unless set.
     cpus: Mutex<Vec<usize>>,
+    refuse_moves: bool,
 }
 
 impl Default for MockBackend {
@@ -119,7 +120,14 @@ impl MockBackend {
             live: Arc::new(AtomicUsize::new(0)),
             prefetched: Mutex::new(HashMap::new()),
             cpus: Mutex::new(vec![0, 1]),
+            refuse_moves: false,
         }
+    }
+
+    /// Every `set_thread_cpus` fails (a CPU went offline meanwhile).
+    pub fn refusing_cpu_moves(mut self) -> Self {
+        self.refuse_moves = true;
+        self
     }
 
     /// The CPUs threads may run on.
@@ -370,8 +378,16 @@ impl Backend for MockBackend {
         Ok(lock(&self.cpus).clone())
     }
 
+    /// Fails like the kernel when no CPU of `cpus` is allowed, or always
+    /// after [`MockBackend::refusing_cpu_moves`].
     fn set_thread_cpus(&self, cpus: &[usize]) -> Result<(), ReplayError> {
         self.record(Call::Cpus(cpus.to_vec()));
+        if self.refuse_moves || !cpus.iter().any(|c| lock(&self.cpus).contains(c)) {
+            return Err(ReplayError::Affinity {
+                cpus: crate::ReplayCpus::List(cpus.to_vec()).to_string(),
+                source: io::Error::from_raw_os_error(libc::EINVAL),
+            });
+        }
         Ok(())
     }
 }

@@ -193,7 +193,8 @@ pub struct Report {
     /// Metadata entries and bytes issued (into block devices' page caches).
     pub meta: Count,
     pub lookups: LookupCounts,
-    /// Prefetch requests (one per read-ahead-sized chunk).
+    /// Prefetch requests (one per chunk of at most the device's read-ahead
+    /// and [`crate::Options::max_request`]).
     pub requests: u64,
     /// Files opened and found unchanged.
     pub files_opened: u64,

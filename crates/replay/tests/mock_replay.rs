@@ -732,6 +732,26 @@ fn replay_is_confined_to_one_cpu_and_gives_the_callers_back() {
         ]
     );
 
+    // CPUs that may not be used: one note, the replay runs anyway, and the
+    // report does not claim it was confined.
+    let b = MockBackend::new().with_file("/a", id(1));
+    let o = Options {
+        cpus: ReplayCpus::List(vec![7]),
+        ..opts(2)
+    };
+    let r = replay(&p, &o, &b).unwrap();
+    assert_eq!((r.cpus, r.data.entries), (None, 1));
+    assert_eq!(r.error_count, 1);
+    assert!(r.errors[0].contains("none may be used"), "{:?}", r.errors);
+    let b = MockBackend::new()
+        .with_file("/a", id(1))
+        .refusing_cpu_moves();
+    let entries = (0..6u64).map(|i| data(0, i * 4 * K, 4 * K)).collect();
+    let r = replay(&plan(&[("/a", id(1))], &[], entries), &opts(3), &b).unwrap();
+    assert_eq!((r.cpus, r.data.entries), (None, 6));
+    assert_eq!(r.error_count, 1, "one note for all threads: {:?}", r.errors);
+    assert_eq!(b.calls().last(), Some(&Call::Cpus(vec![0, 1])), "restored");
+
     // A process on one CPU, or `all`, is left alone; a list is used as is.
     let cases = [
         (ReplayCpus::One, vec![3], None),

@@ -26,7 +26,13 @@ pub fn run(args: ReplayArgs, quiet: bool) -> Result<i32> {
         opts.memory_floor = Some(mib << 20);
     }
     opts.cpus = args.cpus.clone();
-    opts.max_request = args.max_request.saturating_mul(1024);
+    if args.max_request < 4 {
+        anyhow::bail!(
+            "--max-request {} KiB: a request is at least one page, 4 KiB",
+            args.max_request
+        );
+    }
+    opts.max_request = args.max_request * 1024;
     if args.wait {
         opts.wait = Some(Options::DEFAULT_WAIT_TIMEOUT);
     }
@@ -53,6 +59,15 @@ pub fn run(args: ReplayArgs, quiet: bool) -> Result<i32> {
         );
         for f in &report.skipped_files {
             eprintln!("warmstart: skipped {}: {}", f.path, f.reason);
+        }
+        for e in &report.errors {
+            eprintln!("warmstart: {e}");
+        }
+        if report.error_count > report.errors.len() as u64 {
+            eprintln!(
+                "warmstart: and {} more problems",
+                report.error_count - report.errors.len() as u64
+            );
         }
         if report.stopped_by_memory {
             eprintln!("warmstart: stopped early: memory is low");
