@@ -837,7 +837,12 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
                         // The launch's first process exec'd again: it is
                         // now this program's launch (same process tree).
                         (Some(s), Some(((name, argv, mode), _))) => {
-                            if s.name != name {
+                            if s.name == name {
+                                // The same program again: the launch's
+                                // replay goes on; the one just started
+                                // for it would run unwatched.
+                                stop_replay(&mode);
+                            } else {
                                 stop_replay(&s.mode);
                                 (s.name, s.argv, s.mode, s.exec_ts_ns) = (name, argv, mode, *ts_ns);
                                 if !s.recorded() {
