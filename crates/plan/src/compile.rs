@@ -9,7 +9,7 @@
 //!    any trace read them: a trace sees metadata only when it was not
 //!    cached, so requiring it in k traces would drop it whenever one trace
 //!    was recorded warm. Each kept page
-//!    is scheduled at the earliest time any trace first touched it: the
+//!    is scheduled at the earliest time any trace first used it: the
 //!    earliest a launch has needed it is when the plan should have it. Kept
 //!    pages coalesce as the recorder does: a page that directly follows the
 //!    previous range of its file, in that file's access order, extends it.

@@ -1,5 +1,5 @@
 //! The trace model: one recorded launch, as the files, byte ranges,
-//! metadata blocks and path lookups it needed, each in first-access order.
+//! metadata blocks and path lookups it needed, each in first-use order.
 //!
 //! A trace is built by [`TraceBuilder`] from already-classified accesses (the
 //! recorder does the classification at the OS boundary), so everything here
@@ -111,7 +111,9 @@ impl FileType {
     }
 }
 
-/// A run of bytes of one file, first touched at `t_ns` after the start.
+/// A run of bytes of one file, first used at `t_ns` after the start. Pages
+/// the launch never used (the kernel read them ahead) come after the last
+/// use, in the order they arrived.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Extent {
     pub offset: u64,
@@ -134,7 +136,8 @@ pub struct FileTrace {
     /// Absolute path, if it could be resolved.
     pub path: Option<String>,
     pub id: FileId,
-    /// Ranges in first-access order (not sorted by offset).
+    /// Ranges in first-use order (not sorted by offset); ranges never used
+    /// (read ahead by the kernel only) last, in arrival order.
     pub extents: Vec<Extent>,
 }
 
@@ -291,7 +294,7 @@ pub struct FileInfo {
 }
 
 /// Aggregates accesses into a [`Trace`]: pages become extents in
-/// first-access order, consecutive pages coalesce, repeats are dropped.
+/// first-use order, consecutive pages coalesce, repeats are dropped.
 #[derive(Debug, Default)]
 pub struct TraceBuilder {
     accesses: Vec<Access>,
@@ -372,6 +375,63 @@ impl TraceBuilder {
             }
         }
 
+        // A page is placed when the launch first *used* it (read it, mapped
+        // it or faulted on it), not when it arrived: on a disk that reads
+        // ahead megabytes at once, most of what arrives with a page the
+        // launch needs is needed much later, or never. Pages it never used
+        // (only read ahead by the kernel) come after every used page, in
+        // the order they arrived: a plan still reads them, last.
+        let mut first_use: HashMap<(u64, u64, u64), u64> = HashMap::new();
+        let mut last_use = t0;
+        for a in &self.accesses {
+            if let Access::Data {
+                t_ns,
+                dev,
+                ino,
+                index,
+                count,
+                from_storage: false,
+            } = *a
+            {
+                for p in index..index.saturating_add(count) {
+                    first_use.entry((dev, ino, p)).or_insert(t_ns);
+                }
+                last_use = last_use.max(t_ns);
+            }
+        }
+        let mut placed: Vec<Access> = Vec::with_capacity(self.accesses.len());
+        for a in &self.accesses {
+            match *a {
+                Access::Data {
+                    t_ns,
+                    dev,
+                    ino,
+                    index,
+                    count,
+                    from_storage,
+                } => placed.extend((index..index.saturating_add(count)).map(|p| {
+                    let t = first_use
+                        .get(&(dev, ino, p))
+                        .copied()
+                        .unwrap_or(last_use + 1 + (t_ns - t0));
+                    Access::Data {
+                        t_ns: t,
+                        dev,
+                        ino,
+                        index: p,
+                        count: 1,
+                        from_storage,
+                    }
+                })),
+                meta @ Access::Meta { .. } => placed.push(meta),
+            }
+        }
+        // Stable: equal times keep their arrival order.
+        placed.sort_by_key(|a| match *a {
+            Access::Data { t_ns, .. } | Access::Meta { t_ns, .. } => t_ns,
+        });
+        self.accesses = placed;
+
         let mut order: Vec<(u64, u64)> = Vec::new();
         let mut pages: HashMap<(u64, u64), (BTreeSet<u64>, Vec<Extent>)> = HashMap::new();
         let mut meta_pages: BTreeSet<(u64, u64)> = BTreeSet::new();
@@ -396,7 +456,7 @@ impl TraceBuilder {
                             continue;
                         }
                         let fs = from.is_some_and(|s| s.contains(&p));
-                        append(&mut entry.1, p, t_ns - t0, fs);
+                        append(&mut entry.1, p, t_ns - t0, fs, last_use - t0);
                     }
                 }
                 Access::Meta {
@@ -486,10 +546,16 @@ impl TraceBuilder {
 
 /// Appends page `p` to a file's extents, extending the last extent when the
 /// page directly follows it with the same origin.
-fn append(extents: &mut Vec<Extent>, p: u64, t_ns: u64, from_storage: bool) {
+/// Extends the file's last extent with page `p` if it directly follows it,
+/// came from the same place and is on the same side of `used_end` (a page
+/// never used does not join a used one).
+fn append(extents: &mut Vec<Extent>, p: u64, t_ns: u64, from_storage: bool, used_end: u64) {
     let off = p * PAGE_SIZE;
     if let Some(last) = extents.last_mut() {
-        if last.end() == off && last.from_storage == from_storage {
+        if last.end() == off
+            && last.from_storage == from_storage
+            && (last.t_ns > used_end) == (t_ns > used_end)
+        {
             last.len += PAGE_SIZE;
             return;
         }
@@ -602,6 +668,22 @@ mod tests {
                 "out-of-order timestamps are sorted",
                 vec![data(5, 7, 1, 1, false), data(1, 7, 0, 1, false)],
                 vec![(7, vec![(0, 2, false)])],
+            ),
+            (
+                "pages are placed at their first use, read-ahead never used last",
+                vec![
+                    data(1, 7, 0, 4, true),
+                    data(2, 7, 2, 1, false),
+                    data(3, 7, 0, 1, false),
+                    data(4, 8, 0, 1, false),
+                ],
+                vec![
+                    (
+                        7,
+                        vec![(2, 1, true), (0, 1, true), (1, 1, true), (3, 1, true)],
+                    ),
+                    (8, vec![(0, 1, false)]),
+                ],
             ),
             (
                 "large folio counts",
