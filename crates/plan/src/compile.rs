@@ -43,7 +43,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
 use crate::plan::{Entry, Lookup, Plan, PlanFile, PlanMeta};
-use crate::trace::{Backend, FileId, NsOpKind, Trace, PAGE_SIZE};
+use crate::trace::{Backend, FileId, NsOpKind, Trace, NEVER_USED, PAGE_SIZE};
 
 /// Default [`CompileOptions::merge_gap`]: 64 KiB. A hole of 16 pages costs
 /// about one small random read on a SATA SSD (≈100 µs at 550 MB/s) and far
@@ -814,13 +814,16 @@ fn combine(spans: &[Span], k: usize, counts: &mut [u32]) -> Combined {
 }
 
 /// Joins pieces into ranges the way the recorder does: in access order, a
-/// piece that directly follows the file's previous range extends it.
+/// piece that directly follows the file's previous range extends it,
+/// unless one was used and the other never was ([`NEVER_USED`]).
 fn coalesce(key: u32, mut segs: Vec<Seg>) -> Vec<Run> {
     segs.sort_unstable_by_key(|s| (s.t, s.start));
     let mut runs: Vec<Run> = Vec::new();
     for s in segs {
         match runs.last_mut() {
-            Some(r) if r.end == s.start => r.end = s.end,
+            Some(r) if r.end == s.start && (r.t >= NEVER_USED) == (s.t >= NEVER_USED) => {
+                r.end = s.end
+            }
             _ => runs.push(Run {
                 key,
                 start: s.start,
@@ -875,6 +878,7 @@ fn range_merge(runs: Vec<Run>, gap: u64, distance: u32) -> (Vec<Run>, u64) {
         if let Some((g, lo, hi)) = &mut group {
             let hole = r.start.saturating_sub(g.end);
             if g.key == r.key
+                && (g.t >= NEVER_USED) == (r.t >= NEVER_USED)
                 && hole <= gap
                 && (*hi).max(p) - (*lo).min(p) <= u64::from(distance)
                 && few_later(&members, p)
@@ -1356,6 +1360,27 @@ mod tests {
             );
             assert_eq!(show(&c.plan), want, "{extents:?}");
         }
+    }
+
+    #[test]
+    fn pages_never_used_stay_after_the_used_ones() {
+        // A launch read pages 0..32; the kernel read ahead 32..2048, never
+        // used: the tail is not joined to the head, by coalescing (one
+        // trace) or merging (no hole between them).
+        let late = NEVER_USED + 5;
+        let trace = t()
+            .file("/a", 1, &[(0, 32, 1), (32, 2016, late)])
+            .file("/b", 2, &[(0, 1, 2)])
+            .done();
+        let c = run(
+            &[trace],
+            &CompileOptions {
+                merge_gap: DEFAULT_MERGE_GAP,
+                merge_distance: DEFAULT_MERGE_DISTANCE,
+                ..plain()
+            },
+        );
+        assert_eq!(show(&c.plan), vec!["/a 0+32", "/b 0+1", "/a 32+2016"]);
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! or merged by the compile passes because files are keyed by identity
 //! (dev, ino) and ranges are plain byte extents.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -18,7 +18,18 @@ pub const PAGE_SIZE: u64 = 4096;
 
 /// Trace file format version. Bump the major on incompatible changes.
 pub const TRACE_MAJOR: u16 = 1;
-pub const TRACE_MINOR: u16 = 0;
+/// 1: extents are placed at their first use, and extents never used carry
+/// times from [`NEVER_USED`] on (readers of 1.0 read them unchanged).
+pub const TRACE_MINOR: u16 = 1;
+
+/// Extent times from this value on mark pages the launch never used (the
+/// kernel read them ahead): `t_ns - NEVER_USED` is when they arrived. Far
+/// beyond any recording's length, so they sort after every used page.
+pub const NEVER_USED: u64 = 1 << 62;
+
+/// The most pages one access may cover: a page count beyond this (2 GiB) is
+/// a corrupt event, and is cut rather than expanded page by page.
+pub const MAX_ACCESS_PAGES: u64 = 1 << 19;
 
 /// How the events were obtained, which says how far they can be trusted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -111,9 +122,9 @@ impl FileType {
     }
 }
 
-/// A run of bytes of one file, first used at `t_ns` after the start. Pages
-/// the launch never used (the kernel read them ahead) come after the last
-/// use, in the order they arrived.
+/// A run of bytes of one file, first used at `t_ns` after the start; from
+/// [`NEVER_USED`] on, never used (read ahead by the kernel), arriving at
+/// `t_ns - NEVER_USED`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Extent {
     pub offset: u64,
@@ -306,7 +317,12 @@ impl TraceBuilder {
         Self::default()
     }
 
-    pub fn push(&mut self, a: Access) {
+    pub fn push(&mut self, mut a: Access) {
+        match &mut a {
+            Access::Data { count, .. } | Access::Meta { count, .. } => {
+                *count = (*count).min(MAX_ACCESS_PAGES)
+            }
+        }
         self.accesses.push(a);
     }
 
@@ -371,7 +387,7 @@ impl TraceBuilder {
                 stored
                     .entry((dev, ino))
                     .or_default()
-                    .extend(index..index + count);
+                    .extend(index..index.saturating_add(count));
             }
         }
 
@@ -379,27 +395,11 @@ impl TraceBuilder {
         // it or faulted on it), not when it arrived: on a disk that reads
         // ahead megabytes at once, most of what arrives with a page the
         // launch needs is needed much later, or never. Pages it never used
-        // (only read ahead by the kernel) come after every used page, in
-        // the order they arrived: a plan still reads them, last.
-        let mut first_use: HashMap<(u64, u64, u64), u64> = HashMap::new();
-        let mut last_use = t0;
-        for a in &self.accesses {
-            if let Access::Data {
-                t_ns,
-                dev,
-                ino,
-                index,
-                count,
-                from_storage: false,
-            } = *a
-            {
-                for p in index..index.saturating_add(count) {
-                    first_use.entry((dev, ino, p)).or_insert(t_ns);
-                }
-                last_use = last_use.max(t_ns);
-            }
-        }
-        let mut placed: Vec<Access> = Vec::with_capacity(self.accesses.len());
+        // (only read ahead by the kernel) are placed from NEVER_USED on, in
+        // the order they arrived: a plan still reads them, last. One entry
+        // per distinct page, so repeats cost no memory.
+        let mut first_use: HashSet<(u64, u64, u64)> = HashSet::new();
+        let mut placed: Vec<Access> = Vec::new();
         for a in &self.accesses {
             match *a {
                 Access::Data {
@@ -408,29 +408,51 @@ impl TraceBuilder {
                     ino,
                     index,
                     count,
-                    from_storage,
-                } => placed.extend((index..index.saturating_add(count)).map(|p| {
-                    let t = first_use
-                        .get(&(dev, ino, p))
-                        .copied()
-                        .unwrap_or(last_use + 1 + (t_ns - t0));
-                    Access::Data {
-                        t_ns: t,
-                        dev,
-                        ino,
-                        index: p,
-                        count: 1,
-                        from_storage,
+                    from_storage: false,
+                } => {
+                    for p in index..index.saturating_add(count) {
+                        if first_use.insert((dev, ino, p)) {
+                            placed.push(page_access(t_ns, dev, ino, p));
+                        }
                     }
-                })),
+                }
+                Access::Data { .. } => {}
                 meta @ Access::Meta { .. } => placed.push(meta),
             }
         }
-        // Stable: equal times keep their arrival order.
+        let mut unused: HashSet<(u64, u64, u64)> = HashSet::new();
+        for a in &self.accesses {
+            if let Access::Data {
+                t_ns,
+                dev,
+                ino,
+                index,
+                count,
+                from_storage: true,
+            } = *a
+            {
+                for p in index..index.saturating_add(count) {
+                    if !first_use.contains(&(dev, ino, p)) && unused.insert((dev, ino, p)) {
+                        let t = NEVER_USED.saturating_add(t_ns.saturating_sub(t0));
+                        placed.push(page_access(t, dev, ino, p));
+                    }
+                }
+            }
+        }
+        drop((first_use, unused));
+        // Stable: equal times keep their order.
         placed.sort_by_key(|a| match *a {
             Access::Data { t_ns, .. } | Access::Meta { t_ns, .. } => t_ns,
         });
         self.accesses = placed;
+        // Times relative to the start; never-used ones stay as placed.
+        let rel = |t: u64| {
+            if t >= NEVER_USED {
+                t
+            } else {
+                t.saturating_sub(t0)
+            }
+        };
 
         let mut order: Vec<(u64, u64)> = Vec::new();
         let mut pages: HashMap<(u64, u64), (BTreeSet<u64>, Vec<Extent>)> = HashMap::new();
@@ -456,7 +478,7 @@ impl TraceBuilder {
                             continue;
                         }
                         let fs = from.is_some_and(|s| s.contains(&p));
-                        append(&mut entry.1, p, t_ns - t0, fs, last_use - t0);
+                        append(&mut entry.1, p, rel(t_ns), fs);
                     }
                 }
                 Access::Meta {
@@ -477,7 +499,7 @@ impl TraceBuilder {
                                 device,
                                 offset: p * PAGE_SIZE,
                                 len: PAGE_SIZE,
-                                t_ns: t_ns - t0,
+                                t_ns: rel(t_ns),
                             }),
                         }
                     }
@@ -547,14 +569,14 @@ impl TraceBuilder {
 /// Appends page `p` to a file's extents, extending the last extent when the
 /// page directly follows it with the same origin.
 /// Extends the file's last extent with page `p` if it directly follows it,
-/// came from the same place and is on the same side of `used_end` (a page
-/// never used does not join a used one).
-fn append(extents: &mut Vec<Extent>, p: u64, t_ns: u64, from_storage: bool, used_end: u64) {
+/// came from the same place and is on the same side of [`NEVER_USED`] (a
+/// page never used does not join a used one).
+fn append(extents: &mut Vec<Extent>, p: u64, t_ns: u64, from_storage: bool) {
     let off = p * PAGE_SIZE;
     if let Some(last) = extents.last_mut() {
         if last.end() == off
             && last.from_storage == from_storage
-            && (last.t_ns > used_end) == (t_ns > used_end)
+            && (last.t_ns >= NEVER_USED) == (t_ns >= NEVER_USED)
         {
             last.len += PAGE_SIZE;
             return;
@@ -566,6 +588,18 @@ fn append(extents: &mut Vec<Extent>, p: u64, t_ns: u64, from_storage: bool, used
         t_ns,
         from_storage,
     });
+}
+
+/// One page of a file, used (or arriving) at `t_ns`.
+fn page_access(t_ns: u64, dev: u64, ino: u64, index: u64) -> Access {
+    Access::Data {
+        t_ns,
+        dev,
+        ino,
+        index,
+        count: 1,
+        from_storage: false,
+    }
 }
 
 #[cfg(test)]
@@ -706,6 +740,29 @@ mod tests {
             let t = b.finish(meta(), TraceStats::default(), resolve);
             assert_eq!(shape(&t), want, "{name}");
         }
+    }
+
+    #[test]
+    fn never_used_pages_are_marked_and_counts_are_capped() {
+        let mut b = TraceBuilder::new();
+        b.push(data(10, 7, 0, 3, true));
+        b.push(data(20, 7, 1, 1, false));
+        b.push(data(30, 8, 0, u64::MAX, false));
+        let t = b.finish(meta(), TraceStats::default(), resolve);
+        let times: Vec<(u64, u64, u64)> = t.files[0]
+            .extents
+            .iter()
+            .map(|e| (e.offset / PAGE_SIZE, e.len / PAGE_SIZE, e.t_ns))
+            .collect();
+        // Page 1 used 10 ns after the start; pages 0 and 2 only arrived,
+        // at 0 ns.
+        assert_eq!(
+            times,
+            vec![(1, 1, 10), (0, 1, NEVER_USED), (2, 1, NEVER_USED)]
+        );
+        // A corrupt count is cut to MAX_ACCESS_PAGES instead of expanded
+        // page by page; the file's size (1 MiB here) trims it further.
+        assert_eq!(t.files[1].extents[0].len, 1 << 20);
     }
 
     #[test]

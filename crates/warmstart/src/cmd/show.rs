@@ -157,11 +157,17 @@ fn table(t: &Trace, out: &mut impl Write) -> Result<()> {
     for f in &t.files {
         let p = f.path.as_deref().unwrap_or("?");
         for e in &f.extents {
+            // Pages read ahead by the kernel and never used sort last.
+            let t_ms = if e.t_ns >= warmstart_plan::trace::NEVER_USED {
+                "unused".to_string()
+            } else {
+                format!("{:.3}", e.t_ns as f64 / 1e6)
+            };
             rows.push((
                 e.t_ns,
                 format!(
-                    "{:>10.3} {:>8} {:>12} {:>10}  {}",
-                    e.t_ns as f64 / 1e6,
+                    "{:>10} {:>8} {:>12} {:>10}  {}",
+                    t_ms,
                     if e.from_storage { "read" } else { "cached" },
                     e.offset,
                     e.len,
