@@ -364,6 +364,15 @@ impl<'b, B: Backend> Engine<'b, B> {
                             })
                         })
                     }
+                    Entry::Meta { device, len, .. } if state.device_failed(device) => {
+                        // Skipped here: no worker needs waking for it (a
+                        // plan's head can be many metadata entries, and
+                        // each hand-off costs the first request time).
+                        let mut c = lock(&state.devices[&device].skipped);
+                        c.bytes += len;
+                        c.entries += 1;
+                        true
+                    }
                     Entry::Meta {
                         device,
                         offset,
@@ -765,6 +774,13 @@ impl<'a, B: Backend> State<'a, B> {
             moved: AtomicBool::new(false),
             move_failed: AtomicBool::new(false),
         }
+    }
+
+    /// Whether metadata device `device` could not be opened or read.
+    fn device_failed(&self, device: u64) -> bool {
+        self.devices
+            .get(&device)
+            .is_some_and(|d| matches!(*lock(&d.state), DevState::Failed(_)))
     }
 
     /// Records a problem that does not stop the replay.
