@@ -649,12 +649,21 @@ pub(crate) fn judge(
                 true,
                 report,
             );
-        } else if prof.launches_since_audit >= cfg.nchk {
-            prof.audit_next = true;
-            prof.note = Some(format!(
-                "read {m:.2} of the plan itself: the next launch is audited"
-            ));
+        } else {
+            // Twice in a row: one launch can read a lot itself by chance
+            // (a fault ahead of the replay reads megabytes around it), and
+            // an audit costs a recorder load.
+            prof.cheap_over += 1;
+            if prof.cheap_over >= 2 && prof.launches_since_audit >= cfg.nchk {
+                prof.audit_next = true;
+                prof.note = Some(format!(
+                    "read {m:.2} of the plan itself: the next launch is audited"
+                ));
+            }
         }
+    }
+    if audited || miss.is_none_or(|m| m <= cfg.rmiss) {
+        prof.cheap_over = 0;
     }
     // An audited launch is a full recording: it seeds the new profile.
     if prof.phase == Phase::Learning {
@@ -846,6 +855,48 @@ mod tests {
         assert!(a.starts_with("sh-"));
         assert!(valid_name(&a));
         assert!(valid_name(&profile_name(&["./weird name!".into()])));
+    }
+
+    #[test]
+    fn an_audit_needs_two_high_cheap_readings_in_a_row() {
+        use warmstart_plan::plan::{PlanFile, PlanMeta};
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let plan = Plan {
+            meta: PlanMeta {
+                command: vec![],
+                created_unix_ms: 0,
+                traces: 1,
+                min_traces: 1,
+                passes: vec![],
+                sorted: false,
+            },
+            files: vec![PlanFile {
+                path: "/a".into(),
+                id: Default::default(),
+            }],
+            lookups: vec![],
+            entries: vec![warmstart_plan::Entry::Data {
+                file: 0,
+                offset: 0,
+                len: 100 << 12,
+            }],
+        };
+        let cfg = Config::default();
+        let mut prof = Profile::new("p", &["p".into()]);
+        prof.phase = Phase::Prefetching;
+        prof.launches_since_audit = cfg.nchk;
+        // The application's own reads, in pages of the plan's 100.
+        let mut launch = |pages: u64| {
+            let mut report = LaunchReport::new("p", Phase::Prefetching);
+            report.app_read_bytes = Some(pages << 12);
+            judge(&mut prof, &store, &plan, None, None, &cfg, &mut report);
+            (prof.audit_next, prof.cheap_over)
+        };
+        assert_eq!(launch(50), (false, 1), "one high reading");
+        assert_eq!(launch(1), (false, 0), "a low one starts over");
+        assert_eq!(launch(50), (false, 1));
+        assert_eq!(launch(50), (true, 2), "two in a row: audit");
     }
 
     #[test]

@@ -56,6 +56,10 @@ pub struct Profile {
     /// Prefetched launches since the last exact audit [N_chk].
     #[serde(default)]
     pub launches_since_audit: u64,
+    /// Prefetched launches in a row whose cheap check saw a miss ratio
+    /// above R_miss.
+    #[serde(default)]
+    pub cheap_over: u32,
     /// Length of the launches-in-place tally already counted in `launches`
     /// ([`Store::count_launch_in_place`]).
     #[serde(default)]
@@ -79,6 +83,7 @@ impl Profile {
             next_trace: 0,
             in_place_counted: 0,
             audit_next: false,
+            cheap_over: 0,
             launches_since_audit: 0,
         }
     }
