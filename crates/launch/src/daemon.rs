@@ -689,12 +689,8 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
     cfg.replay.queue_depth = 2 * cfg.replay.workers;
     cfg.replay.io_priority = dcfg.io_priority.as_ref().and_then(|p| p.parse().ok());
     cfg.replay.cpus = dcfg.replay_cpus.parse().unwrap_or_default();
-    {
-        use warmstart_replay::Backend;
-        let allowed = RealBackend::new().thread_cpus().unwrap_or_default();
-        if let Some(w) = cfg.replay.cpus.check(&allowed) {
-            let _ = writeln!(log, "warmstart daemon: {w}");
-        }
+    if let Some(w) = warmstart_replay::unusable_cpus(&cfg.replay.cpus) {
+        let _ = writeln!(log, "warmstart daemon: {w}");
     }
 
     // Two daemons would trace everything twice and fight over profiles.

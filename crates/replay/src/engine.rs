@@ -254,7 +254,6 @@ impl<'b, B: Backend> Engine<'b, B> {
             stopped_by_memory: false,
             cancelled: false,
             not_reached: 0,
-            confined: false,
             available_at_stop: None,
             remaining_at_stop: None,
         };
@@ -398,8 +397,8 @@ impl<'b, B: Backend> Engine<'b, B> {
                     break;
                 }
                 dispatched += entry_bytes(entry);
-                if !d.confined {
-                    d.confined = true;
+                if i == 0 {
+                    // The first entry is on its way: now this thread moves.
                     self.confine(state);
                 }
             }
@@ -462,20 +461,11 @@ impl<'b, B: Backend> Engine<'b, B> {
                 return None;
             }
         };
-        match self.opts.cpus.choose(&had) {
-            Some(cpus) if cpus.is_empty() => {
-                state.note(self.opts.cpus.check(&had).unwrap_or_default());
-                None
-            }
-            Some(cpus) => {
-                if let Some(w) = self.opts.cpus.check(&had) {
-                    state.note(w);
-                }
-                state.cpus = Some(cpus);
-                Some(had)
-            }
-            None => None,
+        if let Some(w) = self.opts.cpus.check(&had) {
+            state.note(w);
         }
+        state.cpus = Some(self.opts.cpus.choose(&had).filter(|c| !c.is_empty())?);
+        Some(had)
     }
 
     /// Confines the calling thread to the replay's CPUs, if it has any.
@@ -602,9 +592,6 @@ struct Dispatch {
     stopped_by_memory: bool,
     cancelled: bool,
     not_reached: u64,
-    /// This thread has tried to move to the replay's CPUs (after the
-    /// first entry).
-    confined: bool,
     available_at_stop: Option<u64>,
     remaining_at_stop: Option<u64>,
 }

@@ -31,7 +31,7 @@ pub use backend::{Backend, IoPriority, LookupOutcome, MemInfo, ReplayCpus, Resid
 pub use engine::{monotonic_ns, replay, Engine, Options};
 pub use error::{dev_name, ReplayError};
 pub use mock::MockBackend;
-pub use real::{parse_meminfo, read_ahead_bytes, RealBackend, RealHandle};
+pub use real::{parse_meminfo, read_ahead_bytes, unusable_cpus, RealBackend, RealHandle};
 pub use report::{
     Count, IdField, LookupCounts, MemoryReport, Report, SkipReason, SkippedDevice, SkippedFile,
     Timings, WaitReport,

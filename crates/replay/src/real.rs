@@ -639,6 +639,15 @@ pub fn read_ahead_bytes(sysfs: &Path, device: u64) -> Option<u64> {
     }
 }
 
+/// A warning when `cpus` is a list naming CPUs this process may not use
+/// (the replay then uses the others, or runs anywhere).
+pub fn unusable_cpus(cpus: &crate::ReplayCpus) -> Option<String> {
+    if !matches!(cpus, crate::ReplayCpus::List(_)) {
+        return None;
+    }
+    cpus.check(&RealBackend::new().thread_cpus().ok()?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -36,7 +36,9 @@ pub fn run(args: RunArgs, quiet: bool) -> Result<i32> {
         cfg.replay.queue_depth = 2 * cfg.replay.workers;
     }
     cfg.replay.cpus = args.replay_cpus.clone();
-    warn_unusable_cpus(&cfg.replay.cpus, quiet);
+    if let Some(w) = warmstart_replay::unusable_cpus(&cfg.replay.cpus).filter(|_| !quiet) {
+        eprintln!("warmstart: {w}");
+    }
     let (exit, report) = warmstart_launch::run(&args.command, args.profile.as_deref(), &cfg)?;
     if let Some(p) = &args.report {
         std::fs::write(p, serde_json::to_vec_pretty(&report)?)
@@ -304,20 +306,4 @@ pub fn learn(args: LearnArgs) -> Result<i32> {
         println!("  profile {n}: back to learning (its traces and plan dropped)");
     }
     Ok(0)
-}
-
-/// Says so when a CPU list names CPUs this process may not use; the
-/// replay then uses the others, or runs anywhere.
-pub(crate) fn warn_unusable_cpus(cpus: &warmstart_replay::ReplayCpus, quiet: bool) {
-    use warmstart_replay::Backend;
-    if quiet || !matches!(cpus, warmstart_replay::ReplayCpus::List(_)) {
-        return;
-    }
-    if let Some(w) = warmstart_replay::RealBackend::new()
-        .thread_cpus()
-        .ok()
-        .and_then(|allowed| cpus.check(&allowed))
-    {
-        eprintln!("warmstart: {w}");
-    }
 }
