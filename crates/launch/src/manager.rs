@@ -847,22 +847,10 @@ fn uncovered_bytes(plan: &Plan, audit: &Trace) -> u64 {
 mod tests {
     use super::*;
 
-    #[test]
-    fn profile_names_separate_arguments() {
-        let a = profile_name(&["sh".into(), "a.sh".into()]);
-        let b = profile_name(&["sh".into(), "b.sh".into()]);
-        assert_ne!(a, b);
-        assert!(a.starts_with("sh-"));
-        assert!(valid_name(&a));
-        assert!(valid_name(&profile_name(&["./weird name!".into()])));
-    }
-
-    #[test]
-    fn an_audit_needs_two_high_cheap_readings_in_a_row() {
+    /// A plan reading `(offset, len)` ranges of one file, `/a`.
+    fn plan_of_a(ranges: Vec<(u64, u64)>) -> Plan {
         use warmstart_plan::plan::{PlanFile, PlanMeta};
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
-        let plan = Plan {
+        Plan {
             meta: PlanMeta {
                 command: vec![],
                 created_unix_ms: 0,
@@ -876,12 +864,32 @@ mod tests {
                 id: Default::default(),
             }],
             lookups: vec![],
-            entries: vec![warmstart_plan::Entry::Data {
-                file: 0,
-                offset: 0,
-                len: 100 << 12,
-            }],
-        };
+            entries: ranges
+                .into_iter()
+                .map(|(offset, len)| warmstart_plan::Entry::Data {
+                    file: 0,
+                    offset,
+                    len,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn profile_names_separate_arguments() {
+        let a = profile_name(&["sh".into(), "a.sh".into()]);
+        let b = profile_name(&["sh".into(), "b.sh".into()]);
+        assert_ne!(a, b);
+        assert!(a.starts_with("sh-"));
+        assert!(valid_name(&a));
+        assert!(valid_name(&profile_name(&["./weird name!".into()])));
+    }
+
+    #[test]
+    fn an_audit_needs_two_high_cheap_readings_in_a_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let plan = plan_of_a(vec![(0, 100 << 12)]);
         let cfg = Config::default();
         let mut prof = Profile::new("p", &["p".into()]);
         prof.phase = Phase::Prefetching;
@@ -901,35 +909,8 @@ mod tests {
 
     #[test]
     fn coverage_misses_count_only_what_the_plan_lacks() {
-        use warmstart_plan::plan::{PlanFile, PlanMeta};
         use warmstart_plan::trace::*;
-        let plan = Plan {
-            meta: PlanMeta {
-                command: vec![],
-                created_unix_ms: 0,
-                traces: 1,
-                min_traces: 1,
-                passes: vec![],
-                sorted: false,
-            },
-            files: vec![PlanFile {
-                path: "/a".into(),
-                id: FileId::default(),
-            }],
-            lookups: vec![],
-            entries: vec![
-                warmstart_plan::Entry::Data {
-                    file: 0,
-                    offset: 0,
-                    len: 8192,
-                },
-                warmstart_plan::Entry::Data {
-                    file: 0,
-                    offset: 4096,
-                    len: 8192,
-                },
-            ],
-        };
+        let plan = plan_of_a(vec![(0, 8192), (4096, 8192)]);
         let ext = |offset, len, from_storage| Extent {
             offset,
             len,

@@ -1120,6 +1120,15 @@ mod tests {
     }
 
     /// Every pass neutral: what is left is combine and scheduling by time.
+    /// [`plain`] with the default range merge.
+    fn merging() -> CompileOptions {
+        CompileOptions {
+            merge_gap: DEFAULT_MERGE_GAP,
+            merge_distance: DEFAULT_MERGE_DISTANCE,
+            ..plain()
+        }
+    }
+
     fn plain() -> CompileOptions {
         CompileOptions {
             min_traces: None,
@@ -1350,14 +1359,7 @@ mod tests {
         ];
         for (extents, want) in cases {
             let trace = t().file("/a", 1, &extents).done();
-            let c = run(
-                &[trace],
-                &CompileOptions {
-                    merge_gap: DEFAULT_MERGE_GAP,
-                    merge_distance: DEFAULT_MERGE_DISTANCE,
-                    ..plain()
-                },
-            );
+            let c = run(&[trace], &merging());
             assert_eq!(show(&c.plan), want, "{extents:?}");
         }
     }
@@ -1372,14 +1374,7 @@ mod tests {
             .file("/a", 1, &[(0, 32, 1), (32, 2016, late)])
             .file("/b", 2, &[(0, 1, 2)])
             .done();
-        let c = run(
-            &[trace],
-            &CompileOptions {
-                merge_gap: DEFAULT_MERGE_GAP,
-                merge_distance: DEFAULT_MERGE_DISTANCE,
-                ..plain()
-            },
-        );
+        let c = run(&[trace], &merging());
         assert_eq!(show(&c.plan), vec!["/a 0+32", "/b 0+1", "/a 32+2016"]);
     }
 
