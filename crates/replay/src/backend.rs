@@ -233,6 +233,13 @@ pub trait Backend: Sync {
     /// Opens block device `device` (`st_rdev` numbering) read-only.
     fn open_device(&self, device: u64) -> Result<Self::Handle, ReplayError>;
 
+    /// Why `device` cannot be opened, if this backend already knows (it
+    /// was refused for lack of privilege in an earlier replay): the engine
+    /// then skips the device's metadata without trying.
+    fn refused_device(&self, _device: u64) -> Option<ReplayError> {
+        None
+    }
+
     /// Asks the kernel to read `offset..offset+len` into the page cache
     /// without waiting for it. The engine never passes more than
     /// [`Backend::read_ahead`] bytes.

@@ -317,26 +317,35 @@ impl<'b, B: Backend> Engine<'b, B> {
         let (tx, rx) = sync_channel::<Work>(self.opts.queue_depth);
         let rx = Mutex::new(rx);
         thread::scope(|s| {
-            // Workers are started one per request until all run, so the
-            // first request is being worked on while the others start
-            // (each start is tens of microseconds, and the daemon measures
-            // from the exec to the first request).
+            // The dispatcher issues the plan's first request itself; then
+            // workers are started one per request until all run, so that
+            // requests are being worked on while the others start (each
+            // start is tens of microseconds, and the daemon measures from
+            // the exec to the first request).
             let mut started = 0usize;
             let mut spawn_error = None;
+            // `None`: no worker runs; `Some(true)`: one was just started.
             let mut start_worker = || {
+                let mut new = false;
                 if started < self.opts.workers && spawn_error.is_none() {
                     let spawned = thread::Builder::new()
                         .name(format!("ws-replay-{started}"))
                         .spawn_scoped(s, || self.worker(state, &rx));
                     match spawned {
-                        Ok(_) => started += 1,
+                        Ok(_) => {
+                            started += 1;
+                            new = true;
+                        }
                         Err(source) => spawn_error = Some(source),
                     }
                 }
-                started > 0
+                (started > 0).then_some(new)
             };
             let total = plan.data_bytes() + plan.meta_bytes();
             let mut dispatched = 0u64;
+            let mut inline_first = true;
+            let handed = std::cell::Cell::new(false);
+            let mut confined = false;
             for (i, entry) in plan.entries.iter().enumerate() {
                 if self.cancel.load(Ordering::Relaxed) {
                     d.cancelled = true;
@@ -349,18 +358,47 @@ impl<'b, B: Backend> Engine<'b, B> {
                 }
                 // A large entry is many requests: stop between them too.
                 let mut send = |w: Work| {
-                    !self.cancel.load(Ordering::Relaxed) && start_worker() && tx.send(w).is_ok()
+                    if self.cancel.load(Ordering::Relaxed) {
+                        return false;
+                    }
+                    let Some(new) = start_worker() else {
+                        return false;
+                    };
+                    if tx.send(w).is_err() {
+                        return false;
+                    }
+                    handed.set(true);
+                    if new {
+                        // The new worker has work: let it run. Under the
+                        // daemon the replay's threads are real-time and
+                        // share one CPU, so without this the dispatcher
+                        // started all eight workers (0.4 ms) before the
+                        // first of them issued anything.
+                        thread::yield_now();
+                    }
+                    true
                 };
+                let mut skipped = false;
                 let sent = match *entry {
                     Entry::Data { file, offset, len } => {
                         let chunk = state.files[file as usize].chunk;
                         split(offset, len, chunk).all(|(first, offset, len)| {
-                            send(Work::Data {
+                            let w = Work::Data {
                                 file,
                                 offset,
                                 len,
                                 first,
-                            })
+                            };
+                            if !handed.get() && std::mem::take(&mut inline_first) {
+                                // The first request is issued by this
+                                // thread unless work was handed out before
+                                // it (which it must not overtake): a
+                                // hand-off costs a thread start and, under
+                                // the daemon, a wait for a CPU.
+                                state.execute(w);
+                                return !self.cancel.load(Ordering::Relaxed);
+                            }
+                            send(w)
                         })
                     }
                     Entry::Meta { device, len, .. } if state.device_failed(device) => {
@@ -370,6 +408,7 @@ impl<'b, B: Backend> Engine<'b, B> {
                         let mut c = lock(&state.devices[&device].skipped);
                         c.bytes += len;
                         c.entries += 1;
+                        skipped = true;
                         true
                     }
                     Entry::Meta {
@@ -397,7 +436,7 @@ impl<'b, B: Backend> Engine<'b, B> {
                     break;
                 }
                 dispatched += entry_bytes(entry);
-                if i == 0 {
+                if !skipped && !std::mem::replace(&mut confined, true) {
                     // The first entry is on its way: now this thread moves.
                     self.confine(state);
                 }
@@ -728,7 +767,12 @@ impl<'a, B: Backend> State<'a, B> {
                 }
                 Entry::Meta { device, .. } => {
                     devices.entry(device).or_insert_with(|| DeviceSlot {
-                        state: Mutex::new(DevState::Unopened),
+                        // A device known to refuse us is skipped by the
+                        // dispatcher: no worker started just to fail.
+                        state: Mutex::new(match backend.refused_device(device) {
+                            Some(e) => DevState::Failed(e.to_string()),
+                            None => DevState::Unopened,
+                        }),
                         chunk: chunk_of(device),
                         skipped: Mutex::new(Count::default()),
                         issued: Mutex::new(Vec::new()),

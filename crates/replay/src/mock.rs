@@ -88,6 +88,10 @@ pub struct MockBackend {
     /// What `thread_cpus` answers: two CPUs unless set.
     cpus: Mutex<Vec<usize>>,
     refuse_moves: bool,
+    /// Devices refused so far, remembered as [`crate::RealBackend`] does
+    /// when `remember_refusals` is set.
+    refused: Mutex<HashSet<u64>>,
+    remember_refusals: bool,
 }
 
 impl Default for MockBackend {
@@ -121,7 +125,16 @@ impl MockBackend {
             prefetched: Mutex::new(HashMap::new()),
             cpus: Mutex::new(vec![0, 1]),
             refuse_moves: false,
+            refused: Mutex::new(HashSet::new()),
+            remember_refusals: false,
         }
+    }
+
+    /// Remembers a device it refused, and says so before the next replay
+    /// tries it again (as the daemon's long-lived backend does).
+    pub fn remembering_refusals(mut self) -> Self {
+        self.remember_refusals = true;
+        self
     }
 
     /// Every `set_thread_cpus` fails (a CPU went offline meanwhile).
@@ -268,12 +281,13 @@ impl Backend for MockBackend {
                 &self.live,
             ))
         } else {
-            Err(ReplayError::Device {
-                device,
-                path: PathBuf::from(format!("/dev/block/{}", dev_name(device))),
-                source: io::Error::from_raw_os_error(libc::EPERM),
-            })
+            lock(&self.refused).insert(device);
+            Err(refusal(device))
         }
+    }
+
+    fn refused_device(&self, device: u64) -> Option<ReplayError> {
+        (self.remember_refusals && lock(&self.refused).contains(&device)).then(|| refusal(device))
     }
 
     fn prefetch(&self, h: &MockHandle, offset: u64, len: u64) -> Result<(), ReplayError> {
@@ -394,4 +408,12 @@ impl Backend for MockBackend {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn refusal(device: u64) -> ReplayError {
+    ReplayError::Device {
+        device,
+        path: PathBuf::from(format!("/dev/block/{}", dev_name(device))),
+        source: io::Error::from_raw_os_error(libc::EPERM),
+    }
 }
