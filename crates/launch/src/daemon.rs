@@ -25,7 +25,7 @@ use warmstart_bpf::Event;
 use warmstart_plan::trace::{Backend, CacheState, EndReason, TraceMeta, TraceStats};
 use warmstart_plan::Plan;
 use warmstart_record::Aggregator;
-use warmstart_replay::{monotonic_ns, Engine, RealBackend, Report};
+use warmstart_replay::{monotonic_ns, Backend as _, Engine, RealBackend, Report};
 
 use crate::manager::{
     add_trace, judge, load_plan, load_previous_plan, profile_name, relearn, Config, LaunchReport,
@@ -494,6 +494,10 @@ struct Cache {
     /// Every profile of the store was loaded at startup: a name without an
     /// entry has no profile.
     complete: AtomicBool,
+    /// The backend every replay uses: it remembers devices' read-ahead
+    /// sizes and a metadata device it may not open, so a launch's replay
+    /// starts without asking sysfs and `/dev` again.
+    backend: Arc<RealBackend>,
 }
 
 impl Cache {
@@ -826,6 +830,7 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
                             &sessions,
                         )
                     };
+                    let replay_started = matches!(&decided, Some((_, Some(_))));
                     if let Some((_, Some(l))) = &decided {
                         latencies.push(*l);
                     }
@@ -859,16 +864,27 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
                         }
                         (None, Some(((name, argv, mode), _))) => {
                             owner.insert(*tgid, *tgid);
-                            let s = new_session(*tgid, name, argv, mode, *ts_ns);
-                            if !s.recorded() {
+                            if !mode.recorded() {
                                 let _ = rec.track_tree_only(*tgid);
                             }
+                            if replay_started {
+                                // Recorded in the kernel: the session's
+                                // bookkeeping (reading the mount table)
+                                // can wait behind the replay's start.
+                                rt.set(false);
+                            }
+                            let s = new_session(*tgid, name, argv, mode, *ts_ns);
                             sessions.insert(*tgid, s);
                         }
                         (None, None) => {
                             status.ignored += 1;
                             rec.untrack(*tgid);
                         }
+                    }
+                    if replay_started {
+                        // The launch is recorded: let its replay thread,
+                        // waiting on this CPU, run now.
+                        rt.set(false);
                     }
                 }
                 _ => {}
@@ -1402,7 +1418,14 @@ fn decide(
                     Arc::clone(&first_request_ns),
                     Arc::clone(&first_start_ns),
                 );
-                std::thread::spawn(move || replay(&plan, opts, flag, requests, (first, start)))
+                let backend = Arc::clone(&cache.backend);
+                // Started on this thread's CPU: see `spawn_here`.
+                spawn_here(&cache.backend, move |cpus| {
+                    if let Some(cpus) = cpus {
+                        let _ = backend.set_thread_cpus(&cpus);
+                    }
+                    replay(&backend, &plan, opts, flag, requests, (first, start))
+                })
             });
             let latency = replay
                 .as_ref()
@@ -1432,19 +1455,56 @@ fn decide(
     decided
 }
 
+/// Starts `f` on a new thread on the calling thread's CPU, passing it the
+/// CPUs it may move back to (`None` if the pinning failed, leaving it
+/// unpinned).
+///
+/// The daemon waits for execs at real-time priority, so the replay thread
+/// it starts inherits SCHED_FIFO. Left to the kernel, a new real-time
+/// thread goes to the CPU whose current task has the lowest priority,
+/// which is usually the CPU running the program just exec'd; this kernel
+/// does not preempt that program while it is in the kernel (loading the
+/// binary, faulting in ld.so) and an idle CPU does not pull a lone waiting
+/// real-time thread, so the replay sat there for 1-2 ms of a cold `npm`
+/// launch (traced on the project's VM, 23 November 2026) while the other
+/// CPU idled. Here it starts behind the daemon's thread, which lowers its
+/// priority as soon as the launch is recorded.
+fn spawn_here<T: Send + 'static>(
+    backend: &RealBackend,
+    f: impl FnOnce(Option<Vec<usize>>) -> T + Send + 'static,
+) -> std::thread::JoinHandle<T> {
+    // SAFETY: sched_getcpu has no arguments and only reads.
+    let here = unsafe { libc::sched_getcpu() };
+    let allowed = backend.thread_cpus().ok();
+    let pinned = match (&allowed, usize::try_from(here)) {
+        (Some(all), Ok(cpu)) if all.len() > 1 && all.contains(&cpu) => {
+            backend.set_thread_cpus(&[cpu]).is_ok()
+        }
+        _ => false,
+    };
+    let back = allowed.clone().filter(|_| pinned);
+    let handle = std::thread::spawn(move || f(back));
+    if pinned {
+        if let Some(all) = &allowed {
+            let _ = backend.set_thread_cpus(all);
+        }
+    }
+    handle
+}
+
 /// One launch's replay, run on the thread the daemon started for it: stops
 /// when `cancel` is set; the engine counts its requests into `requests`
 /// and stamps when a worker started on the first entry and when the first
 /// request was issued.
 fn replay(
+    backend: &RealBackend,
     plan: &Plan,
     opts: warmstart_replay::Options,
     cancel: Arc<AtomicBool>,
     requests: Arc<AtomicU64>,
     (first_request_ns, first_start_ns): (Arc<AtomicU64>, Arc<AtomicU64>),
 ) -> Option<Report> {
-    let backend = RealBackend::new();
-    Engine::new(&backend, opts)
+    Engine::new(backend, opts)
         .ok()?
         .share_cancel(cancel)
         .share_progress(requests, first_start_ns, first_request_ns)
@@ -1452,11 +1512,19 @@ fn replay(
         .ok()
 }
 
+impl Mode {
+    /// Whether the launch's pages are recorded (learning, or an audited
+    /// prefetched launch).
+    fn recorded(&self) -> bool {
+        !matches!(self, Mode::Prefetching { audited: false, .. })
+    }
+}
+
 impl Session {
     /// Whether the launch's pages are being recorded (learning, or an
     /// audited prefetched launch).
     fn recorded(&self) -> bool {
-        !matches!(self.mode, Mode::Prefetching { audited: false, .. })
+        self.mode.recorded()
     }
 
     /// Whether its replay, if any, has ended.
