@@ -212,8 +212,9 @@ impl<'b, B: Backend> Engine<'b, B> {
         Arc::clone(&self.first_issued)
     }
 
-    /// When a worker started on the first entry of [`run`](Self::run)
-    /// (opening its file, or the lookup), in `CLOCK_MONOTONIC` nanoseconds
+    /// When work on the first entry of [`run`](Self::run) that is not
+    /// skipped started (opening its file, or the lookup; on the dispatcher
+    /// or a worker), in `CLOCK_MONOTONIC` nanoseconds
     /// (the clock of the kernel's event timestamps); 0 until then. The
     /// daemon measures from a launch's exec to this and to the first
     /// request issued ([`progress`](Self::progress) turning 1).
@@ -343,7 +344,7 @@ impl<'b, B: Backend> Engine<'b, B> {
             };
             let total = plan.data_bytes() + plan.meta_bytes();
             let mut dispatched = 0u64;
-            let mut inline_first = true;
+            let mut inline_first = self.opts.io_priority.is_none();
             let handed = std::cell::Cell::new(false);
             let mut confined = false;
             for (i, entry) in plan.entries.iter().enumerate() {
@@ -392,11 +393,15 @@ impl<'b, B: Backend> Engine<'b, B> {
                             if !handed.get() && std::mem::take(&mut inline_first) {
                                 // The first request is issued by this
                                 // thread unless work was handed out before
-                                // it (which it must not overtake): a
-                                // hand-off costs a thread start and, under
-                                // the daemon, a wait for a CPU.
+                                // it (which it must not overtake) or the
+                                // replay has an I/O priority (set on the
+                                // workers only, not on the caller's
+                                // thread): a hand-off costs a thread start
+                                // and, under the daemon, a wait for a CPU.
+                                // Issued, it counts as reached even if a
+                                // cancel arrived meanwhile.
                                 state.execute(w);
-                                return !self.cancel.load(Ordering::Relaxed);
+                                return true;
                             }
                             send(w)
                         })
@@ -443,7 +448,7 @@ impl<'b, B: Backend> Engine<'b, B> {
             }
             drop(tx);
             match spawn_error {
-                // Not one worker: nothing was issued.
+                // Not one worker: at most the first request was issued.
                 Some(source) if started == 0 => Err(ReplayError::Thread { source }),
                 // Fewer workers than asked for still replay the plan.
                 _ => Ok(()),

@@ -732,6 +732,16 @@ fn io_priority_is_set_on_every_worker() {
         .filter(|c| **c == Call::IoPriority(IoPriority::Idle))
         .count();
     assert_eq!(n, 3);
+    // With a priority, even a one-request plan goes to a worker: the
+    // dispatcher (the caller's thread) does not issue it at its own.
+    let b = MockBackend::new().with_file("/a", id(1));
+    replay(
+        &plan(&[("/a", id(1))], &[], vec![data(0, 0, 4 * K)]),
+        &o,
+        &b,
+    )
+    .unwrap();
+    assert!(b.calls().contains(&Call::IoPriority(IoPriority::Idle)));
 }
 
 #[test]
