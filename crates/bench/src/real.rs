@@ -473,25 +473,10 @@ impl Executor for RealExecutor {
             self.learn_daemon()?;
         }
         // The daemon runs only around its own scenario's launches, and its
-        // start is outside the timing (before the cache is dropped). So is
-        // one warm launch it handles first: a daemon that has been running
-        // has its own code for handling a launch in memory (mapped pages
-        // survive a cache drop), while a fresh one read it from storage
-        // during the timed launch, behind the program's reads: its first
-        // request came 7-23 ms after the exec instead of 0.5-1.5 ms
-        // (cold `npm` launches, 23 November 2026).
+        // start is outside the timing (before the cache is dropped).
         let mut daemon = if s == Scenario::Daemon {
             let t = self.target.clone();
-            let mut d = self.wrapped()?.start_daemon(&t)?;
-            if let Some(p) = &self.target.prepare {
-                launch::shell(p, self.target.cwd.as_deref(), "prepare")?;
-            }
-            let l = launch::launch(&t, Instant::now())?;
-            self.check(s, &l)?;
-            self.wrapped()?
-                .wait_daemon_done(&mut d)
-                .context("the daemon's untimed warm launch")?;
-            Some(d)
+            Some(self.wrapped()?.start_daemon(&t)?)
         } else {
             None
         };
