@@ -770,7 +770,8 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
         // its replay started at once instead of after the launching
         // program's time slice (exec -> event seen: 0.13-0.33 ms instead
         // of 0.65-2.5 ms on a cold launch). The replay threads started
-        // meanwhile inherit the priority: they issue I/O and sleep. The
+        // meanwhile inherit the priority until their first piece of work
+        // (the engine then returns them to normal scheduling). The
         // rest of the batch (page events, sessions ending, their
         // compiling) is handled at normal priority.
         rt.set(true);

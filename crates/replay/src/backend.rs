@@ -271,6 +271,10 @@ pub trait Backend: Sync {
 
     /// Confines the calling thread to `cpus`.
     fn set_thread_cpus(&self, cpus: &[usize]) -> Result<(), ReplayError>;
+
+    /// Returns the calling thread to normal scheduling if it runs at a
+    /// real-time priority (inherited from the thread that started it).
+    fn leave_realtime(&self) {}
 }
 
 #[cfg(test)]

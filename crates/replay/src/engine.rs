@@ -519,7 +519,17 @@ impl<'b, B: Backend> Engine<'b, B> {
     /// cold Python launches each); moving afterwards, 0.85 and 0.81 ms
     /// (p90 1.06 and 1.08) against 1.32 and 0.88 (p90 2.76 and 1.47), 20
     /// and 30 launches. A failure is noted and the thread runs where it is.
+    ///
+    /// A thread that inherited a real-time priority (the daemon's replays
+    /// do, so that their first request is not delayed) returns to normal
+    /// scheduling here too: at real-time priority the replay's CPU work
+    /// (tens of ms per plan) pre-empted the application's threads on its
+    /// CPU. Daemon launches, real-time replay threads against threads
+    /// returning to normal after their first piece of work, alternating
+    /// (23 November 2026): npm faster in 8 of 12 (median -46.5 ms; 45% of
+    /// the gap against 19%), the Python demo in 6 of 12 (-6.8 ms).
     fn confine(&self, state: &State<'_, B>) {
+        self.backend.leave_realtime();
         if let Some(cpus) = &state.cpus {
             match self.backend.set_thread_cpus(cpus) {
                 Ok(()) => state.moved.store(true, Ordering::Relaxed),

@@ -562,6 +562,18 @@ impl Backend for RealBackend {
         Ok(())
     }
 
+    fn leave_realtime(&self) {
+        // SAFETY: pid 0 is the calling thread; param is a valid
+        // sched_param. A failure leaves the thread as it was.
+        unsafe {
+            let policy = libc::sched_getscheduler(0);
+            if policy == libc::SCHED_FIFO || policy == libc::SCHED_RR {
+                let param = libc::sched_param { sched_priority: 0 };
+                libc::sched_setscheduler(0, libc::SCHED_OTHER, &param);
+            }
+        }
+    }
+
     fn set_io_priority(&self, prio: IoPriority) -> Result<(), ReplayError> {
         // SAFETY: plain syscall with integer arguments; it affects only the
         // calling thread (who = IOPRIO_WHO_PROCESS, id = 0).
@@ -803,6 +815,30 @@ mod tests {
         for (name, dev, want) in cases {
             assert_eq!(read_ahead_bytes(sys, dev), want, "{name}");
         }
+    }
+
+    /// A thread started by a real-time thread inherits its priority; the
+    /// replay's threads give it up after their first piece of work. Needs
+    /// CAP_SYS_NICE to become real-time at all (the root tests have it).
+    #[test]
+    fn leave_realtime_returns_to_normal_scheduling() {
+        std::thread::spawn(|| {
+            let p = libc::sched_param { sched_priority: 1 };
+            // SAFETY: pid 0 is this test thread; p is a valid sched_param.
+            if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) } != 0 {
+                eprintln!("skipped: cannot become real-time here");
+                return;
+            }
+            let b = RealBackend::new();
+            b.leave_realtime();
+            // SAFETY: reads the calling thread's policy.
+            assert_eq!(unsafe { libc::sched_getscheduler(0) }, libc::SCHED_OTHER);
+            b.leave_realtime();
+            // SAFETY: as above.
+            assert_eq!(unsafe { libc::sched_getscheduler(0) }, libc::SCHED_OTHER);
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]
