@@ -1472,28 +1472,28 @@ fn decide(
             let requests = Arc::new(AtomicU64::new(0));
             let first_request_ns = Arc::new(AtomicU64::new(0));
             let first_start_ns = Arc::new(AtomicU64::new(0));
-            let replay = (replaying < dcfg.max_concurrent_replays)
-                .then_some(())
-                .and_then(|()| {
-                    let plan = Arc::clone(&plan);
-                    let opts = cfg.replay.clone();
-                    let (flag, requests, first, start) = (
-                        Arc::clone(&cancel),
-                        Arc::clone(&requests),
-                        Arc::clone(&first_request_ns),
-                        Arc::clone(&first_start_ns),
-                    );
-                    let backend = Arc::clone(&cache.backend);
-                    // Started on this thread's CPU: see `spawn_here`.
-                    spawn_here(&cache.backend, move |cpus| {
-                        if let Some(cpus) = cpus {
-                            let _ = backend.set_thread_cpus(&cpus);
-                        }
-                        replay(&backend, &plan, opts, flag, requests, (first, start))
-                    })
-                    // No thread, no replay: the launch runs unprefetched.
-                    .ok()
-                });
+            let replay = if replaying < dcfg.max_concurrent_replays {
+                let plan = Arc::clone(&plan);
+                let opts = cfg.replay.clone();
+                let (flag, requests, first, start) = (
+                    Arc::clone(&cancel),
+                    Arc::clone(&requests),
+                    Arc::clone(&first_request_ns),
+                    Arc::clone(&first_start_ns),
+                );
+                let backend = Arc::clone(&cache.backend);
+                // Started on this thread's CPU: see `spawn_here`.
+                spawn_here(&cache.backend, move |cpus| {
+                    if let Some(cpus) = cpus {
+                        let _ = backend.set_thread_cpus(&cpus);
+                    }
+                    replay(&backend, &plan, opts, flag, requests, (first, start))
+                })
+                // No thread, no replay: the launch runs unprefetched.
+                .ok()
+            } else {
+                None
+            };
             let latency = replay
                 .as_ref()
                 .map(|_| (monotonic_ns().saturating_sub(exec_ts_ns)) as f64 / 1e3);

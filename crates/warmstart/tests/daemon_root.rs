@@ -212,26 +212,13 @@ fn until_prefetching_held(
     prefix: &str,
     count: &mut u64,
 ) -> PathBuf {
-    for _ in 0..4 {
-        fs.evict();
+    learn_until_prefetching(fs, state, prefix, count, || {
         launch_held(Command::new(exe).arg("run").arg(&fs.mnt), |pid| {
             d.status()["sessions"]
                 .as_array()
                 .is_some_and(|l| l.iter().any(|s| s["pid"] == pid))
         });
-        *count += 1;
-        let c = *count;
-        wait_for(
-            "the daemon to take the launch",
-            Duration::from_secs(15),
-            || profile_dir(state, prefix).is_some_and(|d| launches(&d) == c),
-        );
-        let d = profile_dir(state, prefix).unwrap();
-        if json(&d.join("profile.json"))["phase"] == "prefetching" {
-            return d;
-        }
-    }
-    panic!("no plan for {prefix} after four launches");
+    })
 }
 
 /// Launches `exe run MNT` (cold) until its profile `prefix` has a plan,
@@ -244,9 +231,23 @@ fn until_prefetching(
     prefix: &str,
     count: &mut u64,
 ) -> PathBuf {
+    learn_until_prefetching(fs, state, prefix, count, || {
+        run_ok(Command::new(exe).arg("run").arg(&fs.mnt));
+    })
+}
+
+/// Runs `launch` cold until profile `prefix` has a plan (at most four
+/// times), waiting each time for the daemon to take the launch.
+fn learn_until_prefetching(
+    fs: &LoopFs,
+    state: &Path,
+    prefix: &str,
+    count: &mut u64,
+    mut launch: impl FnMut(),
+) -> PathBuf {
     for _ in 0..4 {
         fs.evict();
-        run_ok(Command::new(exe).arg("run").arg(&fs.mnt));
+        launch();
         *count += 1;
         let c = *count;
         wait_for(
