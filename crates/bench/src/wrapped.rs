@@ -307,7 +307,7 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    /// `warmstart status --json` of this daemon (its first line).
+    /// `warmstart status --json` of this daemon (`None` if it did not answer).
     pub fn status(&self) -> Option<serde_json::Value> {
         let out = Command::new(&self.bin)
             .arg("status")
@@ -320,10 +320,8 @@ impl Daemon {
             .stderr(Stdio::null())
             .output()
             .ok()?;
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .next()
-            .and_then(|l| serde_json::from_str(l).ok())
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        Some(v.get("daemon")?.clone()).filter(|d| !d.is_null())
     }
 
     fn exited(&mut self) -> Option<std::process::ExitStatus> {

@@ -77,7 +77,15 @@ pub enum Event {
     Exec {
         tgid: u32,
         ts_ns: u64,
+        /// The binary the kernel runs: for a script, its interpreter.
         file: FileInfo,
+        /// The new program's arguments as the kernel laid them out (a
+        /// script's: interpreter, its argument if any, the script as given
+        /// to execve, the original arguments), empty ones left out as
+        /// `/proc/PID/cmdline` readers do. `None` when they did not fit the
+        /// event or could not be read: `/proc` has them, unless the
+        /// process has exec'd again since.
+        argv: Option<Vec<String>>,
     },
     Exit {
         tgid: u32,
@@ -147,6 +155,21 @@ fn file_info(e: &types::ev_file) -> FileInfo {
     }
 }
 
+fn exec_args(e: &types::ev_exec) -> Option<Vec<String>> {
+    let len = e.args_len as usize;
+    if e.args_truncated != 0 || len == 0 || len > e.args.len() {
+        return None;
+    }
+    // SAFETY: i8 and u8 have the same size and alignment; this only reinterprets.
+    let b: &[u8] = unsafe { std::slice::from_raw_parts(e.args.as_ptr().cast(), len) };
+    let argv: Vec<String> = b
+        .split(|c| *c == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    (!argv.is_empty()).then_some(argv)
+}
+
 impl Event {
     /// Decodes one ring-buffer record; unknown or short records give `None`.
     pub fn decode(data: &[u8]) -> Option<Event> {
@@ -180,11 +203,19 @@ impl Event {
                     comm: cstr(&e.comm),
                 })
             }
-            6 | 8 | 10 => {
+            6 => {
+                let e: Box<types::ev_exec> = Box::new(read(data)?);
+                Some(Event::Exec {
+                    tgid,
+                    ts_ns,
+                    file: file_info(&e.file),
+                    argv: exec_args(&e),
+                })
+            }
+            8 | 10 => {
                 let e: Box<types::ev_file> = Box::new(read(data)?);
                 let file = file_info(&e);
                 Some(match hdr.kind {
-                    6 => Event::Exec { tgid, ts_ns, file },
                     8 => Event::Open { tgid, ts_ns, file },
                     _ => Event::DirRead { tgid, ts_ns, file },
                 })
@@ -233,5 +264,37 @@ impl Event {
             | Event::DirRead { ts_ns, .. }
             | Event::PathOp { ts_ns, .. } => *ts_ns,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exec_with(args: &[u8], truncated: u32) -> types::ev_exec {
+        // SAFETY: a C struct of integers and byte arrays; all zeroes is valid.
+        let mut e: types::ev_exec = unsafe { std::mem::zeroed() };
+        for (d, s) in e.args.iter_mut().zip(args) {
+            *d = *s as _;
+        }
+        e.args_len = args.len() as u32;
+        e.args_truncated = truncated;
+        e
+    }
+
+    #[test]
+    fn exec_arguments_as_the_kernel_laid_them_out() {
+        // A script run by dash: interpreter, the script as given, its arguments.
+        let e = exec_with(b"/bin/sh\0./launch.sh\0\0--x\0", 0);
+        assert_eq!(
+            exec_args(&e),
+            Some(vec!["/bin/sh".into(), "./launch.sh".into(), "--x".into()])
+        );
+        // Cut short or unreadable: /proc has them instead.
+        assert_eq!(exec_args(&exec_with(b"/bin/sh\0./la", 1)), None);
+        assert_eq!(exec_args(&exec_with(b"", 0)), None);
+        let mut bad = exec_with(b"a\0", 0);
+        bad.args_len = u32::MAX;
+        assert_eq!(exec_args(&bad), None);
     }
 }

@@ -162,6 +162,13 @@ impl DaemonConfig {
         }
     }
 
+    /// Whether a launch keyed `path` is followed: allowed by the policy,
+    /// or named by `warmstart learn` (`learn`), or `continued` (its process
+    /// was an allowed launch before this exec) — unless denied.
+    pub fn permits(&self, path: &str, continued: bool, learn: &BTreeSet<String>) -> bool {
+        self.allows(path) || ((continued || learn.contains(path)) && self.denied_by(path).is_none())
+    }
+
     /// The first deny pattern matching `path`.
     pub fn denied_by(&self, path: &str) -> Option<&str> {
         self.deny
@@ -714,8 +721,15 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
     .map_err(warmstart_record::Error::from)?;
     let me = std::process::id();
     let listener = bind_root_only(&dcfg.socket)?;
+    let mut status = DaemonStatus {
+        pid: me,
+        state_dir: store.root().to_path_buf(),
+        ..Default::default()
+    };
+    // The control thread answers from this at once (a status of pid 0
+    // means the daemon is stopping).
     let shared = Arc::new(Shared {
-        status: Mutex::new(DaemonStatus::default()),
+        status: Mutex::new(status.clone()),
         learn: Mutex::new(load_learn_list(&store, log)),
         profiles: Mutex::new(HashMap::new()),
         cache: Cache::default(),
@@ -749,11 +763,6 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
     );
 
     let started = Instant::now();
-    let mut status = DaemonStatus {
-        pid: me,
-        state_dir: store.root().to_path_buf(),
-        ..Default::default()
-    };
     let mut latencies: Vec<f64> = Vec::new();
     let mut first_requests: Vec<f64> = Vec::new();
     let mut first_starts: Vec<f64> = Vec::new();
@@ -784,18 +793,13 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
         //
         // A launch is named by the last program its first process execs:
         // `sh script` that execs a program, `env python3 tool.py`, a
-        // launcher script ending in `exec app`. Naming it by the first
-        // exec would depend on whether /proc still showed that program
-        // when the daemon looked, and the profile would never settle.
-        let last_exec: HashMap<u32, usize> = buf
-            .iter()
-            .enumerate()
-            .filter(|(_, ev)| matches!(ev, Event::Exec { .. }))
-            .map(|(i, ev)| (ev.tgid(), i))
-            .collect();
+        // launcher script ending in `exec app`. Each exec is decided by
+        // the command line its event carries, so a launcher allowed by its
+        // path stays allowed through its exec even when the daemon only
+        // wakes after it (the recorder ends a batch at each exec).
         let mut forked_here: HashSet<u32> = HashSet::new();
         let mut handled: HashSet<u32> = HashSet::new();
-        for (i, ev) in buf.iter().enumerate() {
+        for ev in &buf {
             match ev {
                 Event::Fork {
                     parent_tgid,
@@ -804,14 +808,20 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
                 } if owner.contains_key(parent_tgid) || forked_here.contains(parent_tgid) => {
                     forked_here.insert(*child_tgid);
                 }
-                Event::Exec { tgid, ts_ns, file } if last_exec.get(tgid) == Some(&i) => {
+                Event::Exec {
+                    tgid,
+                    ts_ns,
+                    file,
+                    argv,
+                } => {
                     let in_tree = owner.contains_key(tgid) || forked_here.contains(tgid);
                     if in_tree && !sessions.contains_key(tgid) {
                         continue; // a program started inside a launch
                     }
                     let exe = file.path.absolute().unwrap_or_default();
-                    if !in_tree && execed_again(*tgid, file) {
-                        // Its next exec is already on the way: that one names it.
+                    if !in_tree && argv.is_none() && execed_again(*tgid, file) {
+                        // No command line in the event, and /proc already
+                        // shows the next program's: its exec names it.
                         continue;
                     }
                     handled.insert(*tgid);
@@ -824,6 +834,7 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
                         decide(
                             *tgid,
                             &exe,
+                            argv.as_deref(),
                             *ts_ns,
                             dcfg,
                             &learn,
@@ -988,13 +999,6 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
         status.exec_to_first_request_us = percentiles(&first_requests);
         status.exec_to_first_start_us = percentiles(&first_starts);
         (status.profiles_in_memory, status.plans_in_memory) = shared.cache.counts();
-        status.learn_list = shared
-            .learn
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .cloned()
-            .collect();
         status.sessions = sessions
             .iter()
             .map(|(pid, s)| session_status(*pid, s))
@@ -1243,13 +1247,22 @@ fn handle(
     cfg: &Config,
 ) -> Reply {
     match req {
-        Request::Status => Reply::Status(
-            shared
+        Request::Status => {
+            let mut status = shared
                 .status
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .clone(),
-        ),
+                .clone();
+            // As it is now, not as the event loop last saw it.
+            status.learn_list = shared
+                .learn
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .cloned()
+                .collect();
+            Reply::Status(status)
+        }
         Request::Learn { exe, argv, cwd } => {
             if argv.is_empty() {
                 return Reply::Error {
@@ -1394,6 +1407,7 @@ type Decision = (String, Vec<String>, Mode);
 fn decide(
     tgid: u32,
     exe: &str,
+    argv: Option<&[String]>,
     exec_ts_ns: u64,
     dcfg: &DaemonConfig,
     learn: &BTreeSet<String>,
@@ -1407,22 +1421,17 @@ fn decide(
     if tgid == me || exe.is_empty() {
         return None;
     }
-    let mut argv = read_cmdline(tgid)?;
-    let cwd = std::fs::read_link(format!("/proc/{tgid}/cwd")).unwrap_or_else(|_| "/".into());
-    // `./app` names the same program as `warmstart run -- ./app` did
-    // where it was started, not a file relative to the daemon.
-    if argv[0].contains('/') && !argv[0].starts_with('/') {
-        argv[0] = cwd.join(&argv[0]).display().to_string();
-    }
-    let key = policy_path(exe, &argv, &cwd);
+    let argv = match argv {
+        Some(a) => a.to_vec(),
+        None => read_cmdline(tgid)?,
+    };
+    let (argv, key) = launch_key(tgid, exe, &argv)?;
     // A launch allowed when it started stays allowed when its first process
     // execs the program it launches (`soffice`, a shell script, execs
     // `oosplash`): the user allowed the command they run. Only a deny-list
     // entry for the program it ends in stops it.
     let continued = sessions.contains_key(&tgid);
-    let allowed = dcfg.allows(&key)
-        || ((continued || learn.contains(&key)) && dcfg.denied_by(&key).is_none());
-    if !allowed || (dcfg.skip_services && is_service(tgid)) {
+    if !dcfg.permits(&key, continued, learn) || (dcfg.skip_services && is_service(tgid)) {
         return None;
     }
     let name = profile_name(&argv);
@@ -1770,6 +1779,23 @@ fn percentiles(v: &[f64]) -> [f64; 3] {
     s.sort_by(f64::total_cmp);
     let at = |q: f64| s[((s.len() - 1) as f64 * q).round() as usize];
     [at(0.5), at(0.9), s[s.len() - 1]]
+}
+
+/// A launch's command line with a relative program made absolute (in the
+/// process's working directory), and its policy key ([`policy_path`]).
+fn launch_key(tgid: u32, exe: &str, argv: &[String]) -> Option<(Vec<String>, String)> {
+    let mut argv = argv.to_vec();
+    if argv.is_empty() {
+        return None;
+    }
+    let cwd = std::fs::read_link(format!("/proc/{tgid}/cwd")).unwrap_or_else(|_| "/".into());
+    // `./app` names the same program as `warmstart run -- ./app` did
+    // where it was started, not a file relative to the daemon.
+    if argv[0].contains('/') && !argv[0].starts_with('/') {
+        argv[0] = cwd.join(&argv[0]).display().to_string();
+    }
+    let key = policy_path(exe, &argv, &cwd);
+    Some((argv, key))
 }
 
 fn read_cmdline(pid: u32) -> Option<Vec<String>> {

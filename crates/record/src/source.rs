@@ -353,6 +353,7 @@ pub fn parse_tracefs_line(line: &str) -> Option<Event> {
                 tgid,
                 ts_ns,
                 file: exec_file(&path),
+                argv: None,
             })
         }
         _ => None,

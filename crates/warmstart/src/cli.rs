@@ -301,6 +301,7 @@ pub struct StatusArgs {
     /// The daemon's control socket.
     #[arg(long, value_name = "PATH", default_value = "/run/warmstart.sock")]
     pub socket: PathBuf,
+    /// Print one JSON document: `{"daemon": STATUS or null, "profiles": [...]}`.
     #[arg(long)]
     pub json: bool,
 }

@@ -115,8 +115,8 @@ fn root_run_learns_prefetches_and_relearns() {
             .args(["status", "--json", "--state-dir"])
             .arg(state.path()),
     );
-    let profiles: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
-    assert_eq!(profiles[0]["launches"], 4, "{profiles}");
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(status["profiles"][0]["launches"], 4, "{status}");
 
     // Half of the files replaced: detected, skipped, counted, relearned.
     let data = fs.mnt.join("data");

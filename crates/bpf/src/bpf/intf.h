@@ -10,6 +10,7 @@
 #define WS_PATH_MAX_DEPTH 32 /* a power of two: used as a mask */
 #define WS_NAME_LEN 96
 #define WS_ARG_LEN 256
+#define WS_EXEC_ARGS 4096 /* a power of two: used as a mask */
 
 enum ev_kind {
 	EV_PAGE_ADD = 1,   /* page(s) inserted into the page cache: read from storage */
@@ -77,6 +78,21 @@ struct ev_file {
 	unsigned int dev;
 	unsigned int mode; /* i_mode: file type and permissions */
 	struct ws_path path;
+};
+
+/*
+ * EV_EXEC: the binary the kernel runs (for a script, its interpreter) and
+ * the new program's argument area as the kernel laid it out (for a
+ * script: interpreter, its optional argument, the script as given to
+ * execve, then the original arguments), NUL-separated. Read at the exec,
+ * so a program that execs again at once still names its own launch.
+ * `args_truncated`: the area was longer than `args` (or unreadable).
+ */
+struct ev_exec {
+	struct ev_file file;
+	unsigned int args_len;
+	unsigned int args_truncated;
+	char args[WS_EXEC_ARGS];
 };
 
 /* EV_PATHOP: a path-based lookup and its result (negative lookups cost I/O too). */

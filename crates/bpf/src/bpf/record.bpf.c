@@ -334,12 +334,13 @@ int BPF_PROG(handle_exit, struct task_struct *p, bool group_dead)
 
 /* ---- path resolution ---- */
 
-/* Records with a path are assembled here, then copied to the ring buffer. */
+/* Records with a path are assembled here, then copied to the ring buffer
+ * (an exec's arguments after its file). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, u32);
-	__type(value, struct ev_file);
+	__type(value, struct ev_exec);
 } file_scratch SEC(".maps");
 
 struct walk_ctx {
@@ -378,9 +379,10 @@ static long walk_step(u64 i, struct walk_ctx *c)
 		return 1;
 	}
 	u32 zero = 0;
-	struct ev_file *e = bpf_map_lookup_elem(&file_scratch, &zero);
-	if (!e)
+	struct ev_exec *x = bpf_map_lookup_elem(&file_scratch, &zero);
+	if (!x)
 		return 1;
+	struct ev_file *e = &x->file;
 	const unsigned char *name = BPF_CORE_READ(dentry, d_name.name);
 	bpf_probe_read_kernel_str(&e->path.comp[(c->depth & (WS_PATH_MAX_DEPTH - 1)) * WS_NAME_LEN],
 				  WS_NAME_LEN, name);
@@ -389,16 +391,19 @@ static long walk_step(u64 i, struct walk_ctx *c)
 	return 0;
 }
 
-static __always_inline void emit_file(u32 kind, struct file *f, u64 wake)
+/* Fills the scratch record's file part; NULL if there is nothing to send. */
+static __always_inline struct ev_exec *fill_file(u32 kind, struct file *f)
 {
 	u32 zero = 0;
+	struct ev_exec *x;
 	struct ev_file *e;
 
 	if (!f)
-		return;
-	e = bpf_map_lookup_elem(&file_scratch, &zero);
-	if (!e)
-		return;
+		return NULL;
+	x = bpf_map_lookup_elem(&file_scratch, &zero);
+	if (!x)
+		return NULL;
+	e = &x->file;
 	struct inode *inode = BPF_CORE_READ(f, f_inode);
 	struct vfsmount *vfsmnt = BPF_CORE_READ(f, f_path.mnt);
 	struct walk_ctx c = {
@@ -415,7 +420,40 @@ static __always_inline void emit_file(u32 kind, struct file *f, u64 wake)
 	bpf_loop(WS_PATH_MAX_DEPTH + 16, walk_step, &c, 0);
 	e->path.depth = c.depth;
 	e->path.truncated = c.truncated || c.dentry != c.mnt_root;
-	if (bpf_ringbuf_output(&events, e, sizeof(*e), wake))
+	return x;
+}
+
+static __always_inline void emit_file(u32 kind, struct file *f, u64 wake)
+{
+	struct ev_exec *x = fill_file(kind, f);
+
+	if (x && bpf_ringbuf_output(&events, &x->file, sizeof(x->file), wake))
+		count_drop();
+}
+
+/* An exec: its binary and the new program's arguments (see ev_exec). */
+static __always_inline void emit_exec(struct task_struct *p, struct file *f)
+{
+	struct ev_exec *x = fill_file(EV_EXEC, f);
+
+	if (!x)
+		return;
+	u64 start = BPF_CORE_READ(p, mm, arg_start);
+	u64 end = BPF_CORE_READ(p, mm, arg_end);
+	u64 len = end > start ? end - start : 0;
+
+	x->args_len = 0;
+	x->args_truncated = len >= WS_EXEC_ARGS;
+	if (len >= WS_EXEC_ARGS)
+		len = WS_EXEC_ARGS - 1;
+	len &= WS_EXEC_ARGS - 1;
+	if (len > 0) {
+		if (bpf_probe_read_user(x->args, len, (const void *)start) == 0)
+			x->args_len = len;
+		else
+			x->args_truncated = 1;
+	}
+	if (bpf_ringbuf_output(&events, x, sizeof(*x), WAKE_NOW))
 		count_drop();
 }
 
@@ -445,7 +483,7 @@ int BPF_PROG(handle_exec, struct task_struct *p, pid_t old_pid, struct linux_bin
 	} else if (!is_tracked()) {
 		return 0;
 	}
-	emit_file(EV_EXEC, BPF_CORE_READ(bprm, file), WAKE_NOW);
+	emit_exec(p, BPF_CORE_READ(bprm, file));
 	return 0;
 }
 

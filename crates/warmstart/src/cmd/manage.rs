@@ -101,10 +101,21 @@ pub fn status(args: StatusArgs) -> Result<i32> {
         _ => store(&args.state_dir)?,
     };
     let profiles = store.list();
+    if args.json {
+        // One document, whether or not a daemon answered.
+        let v: Vec<_> = profiles
+            .iter()
+            .map(|p| match p {
+                Ok(p) => serde_json::to_value(p).expect("serializes"),
+                Err(e) => serde_json::json!({ "error": e.to_string() }),
+            })
+            .collect();
+        let doc = serde_json::json!({ "daemon": daemon, "profiles": v });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+        return Ok(0);
+    }
     if let Some(d) = daemon {
-        if args.json {
-            println!("{}", serde_json::to_string(&d)?);
-        } else {
+        {
             println!(
                 "daemon: pid {}, up {:.0} s, {} execs seen, {} learned, {} prefetched, {} ignored; exec->replay p50 {:.0} us, p90 {:.0} us, max {:.0} us; exec->first entry started p50 {:.0} us, p90 {:.0} us; exec->first request issued p50 {:.0} us, p90 {:.0} us, max {:.0} us; {} events, {} dropped",
                 d.pid, d.uptime_s, d.execs_seen, d.launches_learned, d.launches_prefetched, d.ignored,
@@ -126,17 +137,6 @@ pub fn status(args: StatusArgs) -> Result<i32> {
                 );
             }
         }
-    }
-    if args.json {
-        let v: Vec<_> = profiles
-            .iter()
-            .map(|p| match p {
-                Ok(p) => serde_json::to_value(p).expect("serializes"),
-                Err(e) => serde_json::json!({ "error": e.to_string() }),
-            })
-            .collect();
-        println!("{}", serde_json::to_string_pretty(&v)?);
-        return Ok(0);
     }
     if profiles.is_empty() {
         println!(
