@@ -155,9 +155,25 @@ fn file_info(e: &types::ev_file) -> FileInfo {
     }
 }
 
-fn exec_args(e: &types::ev_exec) -> Option<Vec<String>> {
+/// Reads a `T` from `data`, zero past its end (for records that end early).
+fn read_prefix<T: Copy>(data: &[u8]) -> T {
+    let mut v = std::mem::MaybeUninit::<T>::zeroed();
+    let n = data.len().min(std::mem::size_of::<T>());
+    // SAFETY: at most size_of::<T>() bytes are copied into `v`, which is
+    // zeroed first; every T used here is a plain C struct of integers and
+    // byte arrays, valid for any bit pattern, zeroes included.
+    unsafe {
+        std::ptr::copy_nonoverlapping(data.as_ptr(), v.as_mut_ptr().cast::<u8>(), n);
+        v.assume_init()
+    }
+}
+
+/// The exec's arguments; `data_len` is the record's length, which the
+/// arguments must lie within.
+fn exec_args(e: &types::ev_exec, data_len: usize) -> Option<Vec<String>> {
     let len = e.args_len as usize;
-    if e.args_truncated != 0 || len == 0 || len > e.args.len() {
+    let room = data_len.saturating_sub(std::mem::offset_of!(types::ev_exec, args));
+    if e.args_truncated != 0 || len == 0 || len > e.args.len() || len > room {
         return None;
     }
     // SAFETY: i8 and u8 have the same size and alignment; this only reinterprets.
@@ -204,12 +220,16 @@ impl Event {
                 })
             }
             6 => {
-                let e: Box<types::ev_exec> = Box::new(read(data)?);
+                // The record ends after the arguments it carries.
+                if data.len() < std::mem::offset_of!(types::ev_exec, args) {
+                    return None;
+                }
+                let e: Box<types::ev_exec> = Box::new(read_prefix(data));
                 Some(Event::Exec {
                     tgid,
                     ts_ns,
                     file: file_info(&e.file),
-                    argv: exec_args(&e),
+                    argv: exec_args(&e, data.len()),
                 })
             }
             8 | 10 => {
@@ -286,15 +306,20 @@ mod tests {
     fn exec_arguments_as_the_kernel_laid_them_out() {
         // A script run by dash: interpreter, the script as given, its arguments.
         let e = exec_with(b"/bin/sh\0./launch.sh\0\0--x\0", 0);
+        let full = std::mem::size_of::<types::ev_exec>();
         assert_eq!(
-            exec_args(&e),
+            exec_args(&e, full),
             Some(vec!["/bin/sh".into(), "./launch.sh".into(), "--x".into()])
         );
         // Cut short or unreadable: /proc has them instead.
-        assert_eq!(exec_args(&exec_with(b"/bin/sh\0./la", 1)), None);
-        assert_eq!(exec_args(&exec_with(b"", 0)), None);
+        assert_eq!(exec_args(&exec_with(b"/bin/sh\0./la", 1), full), None);
+        assert_eq!(exec_args(&exec_with(b"", 0), full), None);
         let mut bad = exec_with(b"a\0", 0);
         bad.args_len = u32::MAX;
-        assert_eq!(exec_args(&bad), None);
+        assert_eq!(exec_args(&bad, full), None);
+        // A record that ends before the arguments it claims.
+        let at = std::mem::offset_of!(types::ev_exec, args);
+        assert_eq!(exec_args(&exec_with(b"/bin/true\0", 0), at + 4), None);
+        assert!(exec_args(&exec_with(b"/bin/true\0", 0), at + 10).is_some());
     }
 }

@@ -880,9 +880,14 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
                         }
                         (None, Some(((name, argv, mode), _))) => {
                             owner.insert(*tgid, *tgid);
-                            if !mode.recorded() {
-                                let _ = rec.track_tree_only(*tgid);
-                            }
+                            // Tracked again explicitly: an earlier exec of
+                            // this process that the policy refused may have
+                            // untracked it after this exec had re-tracked it.
+                            let _ = if mode.recorded() {
+                                rec.track(*tgid)
+                            } else {
+                                rec.track_tree_only(*tgid)
+                            };
                             if replay_started {
                                 // Recorded in the kernel: the session's
                                 // bookkeeping (reading the mount table)
@@ -894,7 +899,13 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
                         }
                         (None, None) => {
                             status.ignored += 1;
-                            rec.untrack(*tgid);
+                            // Not if it has exec'd again since: the kernel
+                            // side tracks it anew for that exec (`env`, a
+                            // launcher the policy does not name, running
+                            // a program it does), which its own event decides.
+                            if !execed_again(*tgid, file) {
+                                rec.untrack(*tgid);
+                            }
                         }
                     }
                     if replay_started {
@@ -1788,7 +1799,9 @@ fn launch_key(tgid: u32, exe: &str, argv: &[String]) -> Option<(Vec<String>, Str
     if argv.is_empty() {
         return None;
     }
-    let cwd = std::fs::read_link(format!("/proc/{tgid}/cwd")).unwrap_or_else(|_| "/".into());
+    // Gone already (nothing to prefetch), or not ours to read: a relative
+    // path cannot be placed.
+    let cwd = std::fs::read_link(format!("/proc/{tgid}/cwd")).ok()?;
     // `./app` names the same program as `warmstart run -- ./app` did
     // where it was started, not a file relative to the daemon.
     if argv[0].contains('/') && !argv[0].starts_with('/') {

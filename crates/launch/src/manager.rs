@@ -758,7 +758,7 @@ fn windows_cached(windows: &[(String, u64, u64)]) -> bool {
     // cut at the end of its file), so stopping early never changes the answer.
     let all: u64 = windows
         .iter()
-        .map(|(_, start, len)| (start + len).div_ceil(4096) - start / 4096)
+        .map(|(_, start, len)| start.saturating_add(*len).div_ceil(4096) - start / 4096)
         .sum();
     for (path, start, len) in windows {
         if (pages - resident) * 10 > all {

@@ -542,6 +542,31 @@ fn root_daemon_learn_forget_restart_crash_and_exec_chains() {
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(launches(&third_prof), third_count);
 
+    // The other way round, like `env app`: a launcher outside the list
+    // execs a program on it. The launcher's exec is refused, usually once
+    // the program's exec has already been traced; that refusal must not
+    // stop the program's launch from being recorded and learned.
+    let fourth = fixture_as(&allowed, "fourth-fixture");
+    let via = {
+        use std::os::unix::fs::PermissionsExt;
+        let p = outside.join("via-outside.sh");
+        std::fs::write(&p, format!("#!/bin/sh\nexec {} \"$@\"\n", fourth.display())).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        p
+    };
+    let mut fourth_count = 0;
+    let fourth_prof = until_prefetching(&fs, &state, &via, "fourth-fixture", &mut fourth_count);
+    let plan = show_json(&fourth_prof.join("plan"));
+    let data = fs.mnt.join("data").display().to_string();
+    assert!(
+        plan["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["path"].as_str().is_some_and(|p| p.starts_with(&data))),
+        "the launch's reads were recorded: {plan}"
+    );
+
     // A script running the program as a child is its own launch, allowed
     // by the script's path (not /bin/sh's; the profile is named after the
     // interpreter in its command line), and its plan holds the child's reads.

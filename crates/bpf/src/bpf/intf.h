@@ -87,6 +87,7 @@ struct ev_file {
  * execve, then the original arguments), NUL-separated. Read at the exec,
  * so a program that execs again at once still names its own launch.
  * `args_truncated`: the area was longer than `args` (or unreadable).
+ * The record ends after its `args_len` bytes of arguments.
  */
 struct ev_exec {
 	struct ev_file file;

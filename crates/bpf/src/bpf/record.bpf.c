@@ -447,13 +447,15 @@ static __always_inline void emit_exec(struct task_struct *p, struct file *f)
 	if (len >= WS_EXEC_ARGS)
 		len = WS_EXEC_ARGS - 1;
 	len &= WS_EXEC_ARGS - 1;
-	if (len > 0) {
-		if (bpf_probe_read_user(x->args, len, (const void *)start) == 0)
-			x->args_len = len;
-		else
-			x->args_truncated = 1;
+	if (len > 0 && bpf_probe_read_user(x->args, len, (const void *)start) == 0) {
+		x->args_len = len;
+	} else {
+		x->args_truncated = len > 0;
+		len = 0;
 	}
-	if (bpf_ringbuf_output(&events, x, sizeof(*x), WAKE_NOW))
+	/* Only the arguments read: not the rest of the scratch record, which
+	 * holds an earlier exec's. */
+	if (bpf_ringbuf_output(&events, x, __builtin_offsetof(struct ev_exec, args) + len, WAKE_NOW))
 		count_drop();
 }
 
