@@ -87,6 +87,17 @@ pub enum Event {
         /// process has exec'd again since.
         argv: Option<Vec<String>>,
     },
+    /// An execve entered, before the kernel looked anything up (watching
+    /// execs only). It may fail; [`Event::Exec`] follows if it does not.
+    ExecStart {
+        tgid: u32,
+        ts_ns: u64,
+        /// The path as given to execve.
+        filename: String,
+        /// The arguments as given, `None` if they did not fit or could not
+        /// be read.
+        argv: Option<Vec<String>>,
+    },
     Exit {
         tgid: u32,
         ts_ns: u64,
@@ -171,13 +182,19 @@ fn read_prefix<T: Copy>(data: &[u8]) -> T {
 /// The exec's arguments; `data_len` is the record's length, which the
 /// arguments must lie within.
 fn exec_args(e: &types::ev_exec, data_len: usize) -> Option<Vec<String>> {
-    let len = e.args_len as usize;
     let room = data_len.saturating_sub(std::mem::offset_of!(types::ev_exec, args));
-    if e.args_truncated != 0 || len == 0 || len > e.args.len() || len > room {
+    split_args(&e.args, e.args_len, e.args_truncated, room)
+}
+
+/// NUL-separated arguments: the first `len` bytes of `args`, which must
+/// lie within the `room` bytes the record carried.
+fn split_args(args: &[i8], len: u32, truncated: u32, room: usize) -> Option<Vec<String>> {
+    let len = len as usize;
+    if truncated != 0 || len == 0 || len > args.len() || len > room {
         return None;
     }
     // SAFETY: i8 and u8 have the same size and alignment; this only reinterprets.
-    let b: &[u8] = unsafe { std::slice::from_raw_parts(e.args.as_ptr().cast(), len) };
+    let b: &[u8] = unsafe { std::slice::from_raw_parts(args.as_ptr().cast(), len) };
     let argv: Vec<String> = b
         .split(|c| *c == 0)
         .filter(|a| !a.is_empty())
@@ -241,6 +258,21 @@ impl Event {
                 })
             }
             7 => Some(Event::Exit { tgid, ts_ns }),
+            11 => {
+                if data.len() < std::mem::offset_of!(types::ev_exec_start, args) {
+                    return None;
+                }
+                let e: Box<types::ev_exec_start> = Box::new(read_prefix(data));
+                let room = data
+                    .len()
+                    .saturating_sub(std::mem::offset_of!(types::ev_exec_start, args));
+                Some(Event::ExecStart {
+                    tgid,
+                    ts_ns,
+                    filename: cstr(&e.filename),
+                    argv: split_args(&e.args, e.args_len, e.args_truncated, room),
+                })
+            }
             9 => {
                 let e: types::ev_pathop = read(data)?;
                 let op = match e.op {
@@ -266,6 +298,7 @@ impl Event {
         match self {
             Event::Page { tgid, .. }
             | Event::Exec { tgid, .. }
+            | Event::ExecStart { tgid, .. }
             | Event::Exit { tgid, .. }
             | Event::Open { tgid, .. }
             | Event::DirRead { tgid, .. }
@@ -279,6 +312,7 @@ impl Event {
             Event::Page { ts_ns, .. }
             | Event::Fork { ts_ns, .. }
             | Event::Exec { ts_ns, .. }
+            | Event::ExecStart { ts_ns, .. }
             | Event::Exit { ts_ns, .. }
             | Event::Open { ts_ns, .. }
             | Event::DirRead { ts_ns, .. }

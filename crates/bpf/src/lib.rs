@@ -78,6 +78,7 @@ pub struct Options {
     pub namespace: bool,
     /// Report every exec on the system and start tracing it (daemon mode);
     /// user space [`untrack`](Recorder::untrack)s what it does not want.
+    /// Every execve is also reported as it starts ([`Event::ExecStart`]).
     pub watch_exec: bool,
 }
 
@@ -133,8 +134,9 @@ impl Recorder {
                 || section.starts_with("tp_btf/sched_process");
             // A program that would return at once is not attached at all:
             // sys_enter/sys_exit run on every system call of the machine.
-            let unwanted = (!opts.namespace && section.starts_with("tp_btf/sys_"))
-                || (!opts.uses && !required && section.starts_with("tp_btf/mm_filemap_"));
+            let unwanted =
+                (!opts.namespace && !opts.watch_exec && section.starts_with("tp_btf/sys_"))
+                    || (!opts.uses && !required && section.starts_with("tp_btf/mm_filemap_"));
             if unwanted {
                 prog.set_autoload(false);
                 continue;
@@ -159,7 +161,7 @@ impl Recorder {
                 let Some(ev) = Event::decode(data) else {
                     return 0;
                 };
-                let exec = matches!(ev, Event::Exec { .. });
+                let exec = matches!(ev, Event::Exec { .. } | Event::ExecStart { .. });
                 let _ = tx.send(ev);
                 if exec {
                     // Hand the exec over now: a launch's exec is followed

@@ -36,12 +36,24 @@ fn root_exec_events_carry_the_command_line() {
         .unwrap();
     assert!(status.success());
     let script = script.display().to_string();
-    let mut execs = Vec::new();
+    let mut execs: Vec<(u32, String, Option<Vec<String>>)> = Vec::new();
+    let mut starts = Vec::new();
     let mut buf = Vec::new();
     let t = Instant::now();
     while execs.len() < 2 && t.elapsed() < Duration::from_secs(10) {
         rec.poll(Duration::from_millis(50), &mut buf).unwrap();
         for ev in buf.drain(..) {
+            if let Event::ExecStart {
+                tgid,
+                filename,
+                argv,
+                ..
+            } = &ev
+            {
+                if *filename == script || execs.first().is_some_and(|e| e.0 == *tgid) {
+                    starts.push((filename.clone(), argv.clone()));
+                }
+            }
             if let Event::Exec {
                 tgid, file, argv, ..
             } = ev
@@ -66,4 +78,17 @@ fn root_exec_events_carry_the_command_line() {
     // The program it execs, with the script's arguments.
     assert!(execs[1].1.ends_with("/true"), "{execs:?}");
     assert_eq!(execs[1].2, words(&["/bin/true", "one", "two words"]));
+    // Each execve as called, before the kernel loaded anything: the path
+    // and arguments as given.
+    assert!(
+        starts.contains(&(script.clone(), words(&[&script, "one", "two words"]))),
+        "{starts:?}"
+    );
+    assert!(
+        starts.contains(&(
+            "/bin/true".to_string(),
+            words(&["/bin/true", "one", "two words"])
+        )),
+        "{starts:?}"
+    );
 }

@@ -59,6 +59,9 @@ pub struct DaemonConfig {
     /// CPUs the replays run on: `one` (the last CPU, leaving the others to
     /// the applications), `all`, or a list such as `0,2-3`.
     pub replay_cpus: String,
+    /// Start a known program's replay when its execve begins, while the
+    /// kernel is still loading it, rather than at its exec event.
+    pub replay_at_execve: bool,
     pub state_dir: PathBuf,
     /// Profiles beyond this total size are evicted, least recently used first.
     pub store_max_mib: u64,
@@ -98,6 +101,7 @@ impl Default for DaemonConfig {
             memory_floor_mib: None,
             io_priority: None,
             replay_cpus: "one".into(),
+            replay_at_execve: true,
             state_dir: PathBuf::from("/var/lib/warmstart"),
             store_max_mib: 256,
             idle_s: 2.0,
@@ -226,6 +230,9 @@ pub struct DaemonStatus {
     /// Where the daemon keeps its profiles.
     pub state_dir: PathBuf,
     pub execs_seen: u64,
+    /// Replays started when an execve began, before its exec event.
+    #[serde(default)]
+    pub replays_at_execve: u64,
     pub launches_learned: u64,
     pub launches_prefetched: u64,
     pub ignored: u64,
@@ -237,6 +244,9 @@ pub struct DaemonStatus {
     pub exec_to_first_start_us: [f64; 3],
     /// Exec to the replay's first prefetch request issued (the first
     /// `fadvise` returned: its I/O is queued), microseconds: p50, p90, max.
+    /// Negative when the replay started at the execve (`replay_at_execve`)
+    /// and issued its first request before the exec event; exec to replay
+    /// started is then 0.
     pub exec_to_first_request_us: [f64; 3],
     pub events: u64,
     pub drops: u64,
@@ -768,6 +778,8 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
     let mut first_starts: Vec<f64> = Vec::new();
     let mut sessions: HashMap<u32, Session> = HashMap::new();
     let mut owner: HashMap<u32, u32> = HashMap::new();
+    // Replays started at an execve's entry, until its exec event.
+    let mut early: HashMap<u32, Early> = HashMap::new();
     let mut buf = Vec::new();
     let idle = Duration::from_secs_f64(dcfg.idle_s);
     let timeout = Duration::from_secs_f64(dcfg.timeout_s);
@@ -808,6 +820,43 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
                 } if owner.contains_key(parent_tgid) || forked_here.contains(parent_tgid) => {
                     forked_here.insert(*child_tgid);
                 }
+                Event::ExecStart {
+                    tgid,
+                    filename,
+                    argv: Some(argv),
+                    ..
+                } if dcfg.replay_at_execve => {
+                    // A program started inside a launch is that launch's.
+                    if *tgid == me || owner.contains_key(tgid) || forked_here.contains(tgid) {
+                        continue;
+                    }
+                    // An earlier execve of it failed (execvp tries each
+                    // directory of PATH): its replay is not needed.
+                    if let Some(e) = early.remove(tgid) {
+                        stop_replay(&e.mode);
+                    }
+                    rt.set(true);
+                    let started = {
+                        let learn = shared.learn.lock().unwrap_or_else(|e| e.into_inner());
+                        let running = replaying(&sessions, early.len());
+                        start_early(
+                            *tgid,
+                            filename,
+                            argv,
+                            dcfg,
+                            &learn,
+                            &cfg,
+                            &shared.cache,
+                            running,
+                        )
+                    };
+                    if let Some(e) = started {
+                        early.insert(*tgid, e);
+                        status.replays_at_execve += 1;
+                        // Let the replay thread, waiting on this CPU, run.
+                        rt.set(false);
+                    }
+                }
                 Event::Exec {
                     tgid,
                     ts_ns,
@@ -829,12 +878,14 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
                     // Real-time again if an earlier launch of this batch
                     // lowered it: each replay thread inherits it.
                     rt.set(true);
+                    let mut started_early = early.remove(tgid);
                     let decided = {
                         let learn = shared.learn.lock().unwrap_or_else(|e| e.into_inner());
                         decide(
                             *tgid,
                             &exe,
                             argv.as_deref(),
+                            &mut started_early,
                             *ts_ns,
                             dcfg,
                             &learn,
@@ -846,6 +897,10 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
                             &sessions,
                         )
                     };
+                    // Not adopted: another program, or not followed after all.
+                    if let Some(e) = started_early {
+                        stop_replay(&e.mode);
+                    }
                     let replay_started = matches!(&decided, Some((_, Some(_))));
                     if let Some((_, Some(l))) = &decided {
                         latencies.push(*l);
@@ -918,6 +973,14 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
             }
         }
         rt.set(false);
+        // An execve that failed has no exec event: its replay stops.
+        early.retain(|_, e| {
+            let keep = e.at.elapsed() < Duration::from_secs(1);
+            if !keep {
+                stop_replay(&e.mode);
+            }
+            keep
+        });
         for ev in buf.drain(..) {
             let tgid = ev.tgid();
             if matches!(ev, Event::Exec { .. })
@@ -970,11 +1033,11 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
                 status.launches_prefetched += 1;
                 let first = first_request_ns.load(Ordering::Relaxed);
                 if first > 0 {
-                    first_requests.push(first.saturating_sub(s.exec_ts_ns) as f64 / 1e3);
+                    first_requests.push(since(s.exec_ts_ns, first) / 1e3);
                 }
                 let start = first_start_ns.load(Ordering::Relaxed);
                 if start > 0 {
-                    first_starts.push(start.saturating_sub(s.exec_ts_ns) as f64 / 1e3);
+                    first_starts.push(since(s.exec_ts_ns, start) / 1e3);
                 }
             } else {
                 status.launches_learned += 1;
@@ -1419,6 +1482,7 @@ fn decide(
     tgid: u32,
     exe: &str,
     argv: Option<&[String]>,
+    early: &mut Option<Early>,
     exec_ts_ns: u64,
     dcfg: &DaemonConfig,
     learn: &BTreeSet<String>,
@@ -1476,59 +1540,46 @@ fn decide(
     let decided = match (phase, plan) {
         (Phase::Ignored, _) => None,
         (Phase::Prefetching | Phase::Learning, Some(plan)) => {
-            let replaying = sessions
-                .values()
-                .filter(|s| {
-                    matches!(
-                        s.mode,
-                        Mode::Prefetching {
-                            replay: Some(_),
-                            ..
-                        }
-                    )
-                })
-                .count();
-            let cancel = Arc::new(AtomicBool::new(false));
-            let requests = Arc::new(AtomicU64::new(0));
-            let first_request_ns = Arc::new(AtomicU64::new(0));
-            let first_start_ns = Arc::new(AtomicU64::new(0));
-            let replay = if replaying < dcfg.max_concurrent_replays {
-                let plan = Arc::clone(&plan);
-                let opts = cfg.replay.clone();
-                let (flag, requests, first, start) = (
-                    Arc::clone(&cancel),
-                    Arc::clone(&requests),
-                    Arc::clone(&first_request_ns),
-                    Arc::clone(&first_start_ns),
-                );
-                let backend = Arc::clone(&cache.backend);
-                // Started on this thread's CPU: see `spawn_here`.
-                spawn_here(&cache.backend, move |cpus| {
-                    if let Some(cpus) = cpus {
-                        let _ = backend.set_thread_cpus(&cpus);
+            let audited = audit || relearn;
+            let (m, adopted) = match early.take() {
+                // Started when the execve began, for this profile and plan.
+                Some(e) if e.name == name && e.plan_is(&plan) => {
+                    let mut m = e.mode;
+                    if let Mode::Prefetching {
+                        audited: a,
+                        relearn: r,
+                        ..
+                    } = &mut m
+                    {
+                        (*a, *r) = (audited, relearn);
                     }
-                    replay(&backend, &plan, opts, flag, requests, (first, start))
-                })
-                // No thread, no replay: the launch runs unprefetched.
-                .ok()
-            } else {
-                None
+                    (m, true)
+                }
+                other => {
+                    if let Some(e) = other {
+                        stop_replay(&e.mode);
+                    }
+                    let start = replaying(sessions, 0) < dcfg.max_concurrent_replays;
+                    (
+                        start_prefetch(plan, cfg, cache, start, audited, relearn),
+                        false,
+                    )
+                }
             };
-            let latency = replay
-                .as_ref()
-                .map(|_| (monotonic_ns().saturating_sub(exec_ts_ns)) as f64 / 1e3);
-            if replay.is_some() {
-                first_request = Some(Arc::clone(&first_request_ns));
-            }
-            let m = Mode::Prefetching {
-                plan,
-                replay,
-                cancel,
-                requests,
-                first_request_ns,
-                first_start_ns,
-                audited: audit || relearn,
-                relearn,
+            let latency = match &m {
+                Mode::Prefetching {
+                    replay: Some(_),
+                    first_request_ns,
+                    ..
+                } => {
+                    first_request = Some(Arc::clone(first_request_ns));
+                    Some(if adopted {
+                        0.0
+                    } else {
+                        monotonic_ns().saturating_sub(exec_ts_ns) as f64 / 1e3
+                    })
+                }
+                _ => None,
             };
             Some(((name.clone(), argv, m), latency))
         }
@@ -1540,6 +1591,138 @@ fn decide(
         first_request_ns: first_request,
     });
     decided
+}
+
+/// Nanoseconds from `from` to `to` (monotonic), negative if `to` came first
+/// (a replay started at the execve, before its exec event).
+fn since(from: u64, to: u64) -> f64 {
+    to as f64 - from as f64
+}
+
+/// How many launches have a replay running: sessions', and `early` more.
+fn replaying(sessions: &HashMap<u32, Session>, early: usize) -> usize {
+    early
+        + sessions
+            .values()
+            .filter(|s| {
+                matches!(
+                    s.mode,
+                    Mode::Prefetching {
+                        replay: Some(_),
+                        ..
+                    }
+                )
+            })
+            .count()
+}
+
+/// A prefetching mode for `plan`, its replay started on a new thread if
+/// `start` (no thread, no replay: the launch runs unprefetched).
+fn start_prefetch(
+    plan: Arc<Plan>,
+    cfg: &Config,
+    cache: &Cache,
+    start: bool,
+    audited: bool,
+    relearn: bool,
+) -> Mode {
+    let cancel = Arc::new(AtomicBool::new(false));
+    let requests = Arc::new(AtomicU64::new(0));
+    let first_request_ns = Arc::new(AtomicU64::new(0));
+    let first_start_ns = Arc::new(AtomicU64::new(0));
+    let replay = if start {
+        let plan = Arc::clone(&plan);
+        let opts = cfg.replay.clone();
+        let (flag, requests, first, started) = (
+            Arc::clone(&cancel),
+            Arc::clone(&requests),
+            Arc::clone(&first_request_ns),
+            Arc::clone(&first_start_ns),
+        );
+        let backend = Arc::clone(&cache.backend);
+        // Started on this thread's CPU: see `spawn_here`.
+        spawn_here(&cache.backend, move |cpus| {
+            if let Some(cpus) = cpus {
+                let _ = backend.set_thread_cpus(&cpus);
+            }
+            replay(&backend, &plan, opts, flag, requests, (first, started))
+        })
+        .ok()
+    } else {
+        None
+    };
+    Mode::Prefetching {
+        plan,
+        replay,
+        cancel,
+        requests,
+        first_request_ns,
+        first_start_ns,
+        audited,
+        relearn,
+    }
+}
+
+/// A replay started when an execve began, before the kernel had loaded
+/// the program (10-25 ms on a cold cache here): the profile it is for and
+/// its prefetching mode. The exec event adopts it, or it is stopped.
+struct Early {
+    name: String,
+    mode: Mode,
+    at: Instant,
+}
+
+impl Early {
+    fn plan_is(&self, plan: &Arc<Plan>) -> bool {
+        matches!(&self.mode, Mode::Prefetching { plan: p, .. } if Arc::ptr_eq(p, plan))
+    }
+}
+
+/// Starts the replay of the program an execve is about to run, if the
+/// policy allows it and the daemon holds its prefetching profile's plan in
+/// memory (nothing is read from the state directory here). The path and
+/// arguments are the execve's own, which for a binary are what its exec
+/// event will carry; a script gets its interpreter's profile only at its
+/// exec event.
+#[allow(clippy::too_many_arguments)]
+fn start_early(
+    tgid: u32,
+    filename: &str,
+    argv: &[String],
+    dcfg: &DaemonConfig,
+    learn: &BTreeSet<String>,
+    cfg: &Config,
+    cache: &Cache,
+    running: usize,
+) -> Option<Early> {
+    if running >= dcfg.max_concurrent_replays {
+        return None;
+    }
+    let cwd = std::fs::read_link(format!("/proc/{tgid}/cwd")).ok()?;
+    let exe = std::fs::canonicalize(cwd.join(filename)).ok()?;
+    let (argv, key) = launch_key(tgid, exe.to_str()?, argv)?;
+    if !dcfg.permits(&key, false, learn) || (dcfg.skip_services && is_service(tgid)) {
+        return None;
+    }
+    let name = profile_name(&argv);
+    let known = cache.get(&name)?;
+    if known.phase != Phase::Prefetching {
+        return None;
+    }
+    let (plan, _) = known.plan?;
+    let mode = start_prefetch(plan, cfg, cache, true, false, false);
+    matches!(
+        mode,
+        Mode::Prefetching {
+            replay: Some(_),
+            ..
+        }
+    )
+    .then(|| Early {
+        name,
+        mode,
+        at: Instant::now(),
+    })
 }
 
 /// Starts `f` on a new thread on the calling thread's CPU when the caller
@@ -1694,7 +1877,7 @@ fn finish_session(
             cancel.store(true, Ordering::Relaxed);
             let rep = replay.and_then(|h| h.join().ok().flatten());
             let first = first_request_ns.load(Ordering::Relaxed);
-            first_request = (first > 0).then(|| first.saturating_sub(s.exec_ts_ns) as f64 / 1e6);
+            first_request = (first > 0).then(|| since(s.exec_ts_ns, first) / 1e6);
             if relearn {
                 report.replay = rep;
                 add_trace(&trace, store, &mut prof, cfg, &mut report)?;
@@ -1749,7 +1932,13 @@ fn finish_session(
             .map(|m| format!(", miss ratio {m:.3}"))
             .unwrap_or_default(),
         first_request
-            .map(|ms| format!(", first prefetch request {ms:.2} ms after exec"))
+            .map(|ms| {
+                if ms < 0.0 {
+                    format!(", first prefetch request {:.2} ms before exec", -ms)
+                } else {
+                    format!(", first prefetch request {ms:.2} ms after exec")
+                }
+            })
             .unwrap_or_default()
     );
     Ok(())

@@ -320,6 +320,8 @@ impl Aggregator {
             Event::Exit { tgid, .. } => {
                 self.exited.insert(tgid);
             }
+            // Its exec, if it succeeds, follows as `Exec`.
+            Event::ExecStart { .. } => {}
             Event::Exec { ts_ns, file, .. } => {
                 if let Some(p) = file.path.absolute() {
                     self.resolver

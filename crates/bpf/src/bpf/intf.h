@@ -23,6 +23,7 @@ enum ev_kind {
 	EV_OPEN = 8,       /* successful open: resolved path + identity */
 	EV_PATHOP = 9,     /* stat/access/readlink/failed open: the path as given */
 	EV_DIRREAD = 10,   /* getdents64 on a directory: resolved path */
+	EV_EXEC_START = 11, /* daemon mode: execve entered (before the kernel reads anything) */
 };
 
 enum pathop_kind {
@@ -94,6 +95,22 @@ struct ev_exec {
 	unsigned int args_len;
 	unsigned int args_truncated;
 	char args[WS_EXEC_ARGS];
+};
+
+/*
+ * EV_EXEC_START: an execve as called, before the kernel has looked up or
+ * read anything: the path as given and the argument strings, NUL-separated
+ * (at most 64 of them, `args_len` bytes up to WS_EXEC_ARGS; `args` is twice
+ * that so each string read has room whatever its offset). The exec may
+ * still fail; EV_EXEC follows if it does not. The record ends after its
+ * arguments.
+ */
+struct ev_exec_start {
+	struct ev_hdr hdr;
+	char filename[WS_ARG_LEN];
+	unsigned int args_len;
+	unsigned int args_truncated;
+	char args[2 * WS_EXEC_ARGS];
 };
 
 /* EV_PATHOP: a path-based lookup and its result (negative lookups cost I/O too). */
