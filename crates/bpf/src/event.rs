@@ -195,6 +195,12 @@ fn split_args(args: &[i8], len: u32, truncated: u32, room: usize) -> Option<Vec<
     }
     // SAFETY: i8 and u8 have the same size and alignment; this only reinterprets.
     let b: &[u8] = unsafe { std::slice::from_raw_parts(args.as_ptr().cast(), len) };
+    split_cmdline(b)
+}
+
+/// NUL-separated arguments, as in `/proc/PID/cmdline`, empty ones left out;
+/// `None` if there are none.
+pub fn split_cmdline(b: &[u8]) -> Option<Vec<String>> {
     let argv: Vec<String> = b
         .split(|c| *c == 0)
         .filter(|a| !a.is_empty())

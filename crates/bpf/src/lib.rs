@@ -16,7 +16,7 @@ use std::time::Duration;
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, RingBuffer, RingBufferBuilder};
 
-pub use event::{Event, FileInfo, PageKind, PathOpKind, WsPath};
+pub use event::{split_cmdline, Event, FileInfo, PageKind, PathOpKind, WsPath};
 pub use tracefs::{ensure_tracefs, tracefs_root};
 
 #[allow(

@@ -2001,13 +2001,7 @@ fn launch_key(tgid: u32, exe: &str, argv: &[String]) -> Option<(Vec<String>, Str
 }
 
 fn read_cmdline(pid: u32) -> Option<Vec<String>> {
-    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-    let v: Vec<String> = raw
-        .split(|b| *b == 0)
-        .filter(|a| !a.is_empty())
-        .map(|a| String::from_utf8_lossy(a).into_owned())
-        .collect();
-    (!v.is_empty()).then_some(v)
+    warmstart_bpf::split_cmdline(&std::fs::read(format!("/proc/{pid}/cmdline")).ok()?)
 }
 
 fn is_service(pid: u32) -> bool {

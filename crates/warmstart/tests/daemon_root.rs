@@ -225,6 +225,16 @@ fn until_prefetching(
     panic!("no plan for {prefix} after four launches");
 }
 
+/// Whether the plan (`warmstart show --format json`) has a file under `dir`.
+fn has_files_under(plan: &serde_json::Value, dir: &Path) -> bool {
+    let dir = dir.display().to_string();
+    plan["files"].as_array().is_some_and(|files| {
+        files
+            .iter()
+            .any(|f| f["path"].as_str().is_some_and(|p| p.starts_with(&dir)))
+    })
+}
+
 /// The profile's last launch was recorded to learn, not prefetched: the
 /// daemon decided it from what it knows of the profile (the phase in
 /// `last-launch.json` is the one read when the launch ended).
@@ -562,13 +572,8 @@ fn root_daemon_learn_forget_restart_crash_and_exec_chains() {
     let mut fourth_count = 0;
     let fourth_prof = until_prefetching(&fs, &state, &via, "fourth-fixture", &mut fourth_count);
     let plan = show_json(&fourth_prof.join("plan"));
-    let data = fs.mnt.join("data").display().to_string();
     assert!(
-        plan["files"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|f| f["path"].as_str().is_some_and(|p| p.starts_with(&data))),
+        has_files_under(&plan, &fs.mnt.join("data")),
         "the launch's reads were recorded: {plan}"
     );
 
@@ -580,13 +585,8 @@ fn root_daemon_learn_forget_restart_crash_and_exec_chains() {
     let command = json(&child_prof.join("profile.json"))["command"].to_string();
     assert!(command.contains("child-fixture.sh"), "{command}");
     let plan = show_json(&child_prof.join("plan"));
-    let data = fs.mnt.join("data").display().to_string();
     assert!(
-        plan["files"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|f| f["path"].as_str().is_some_and(|p| p.starts_with(&data))),
+        has_files_under(&plan, &fs.mnt.join("data")),
         "the script's plan has the fixture's files: {plan}"
     );
 
