@@ -248,6 +248,12 @@ pub struct DaemonStatus {
     /// and issued its first request before the exec event; exec to replay
     /// started is then 0.
     pub exec_to_first_request_us: [f64; 3],
+    /// The daemon's reaction time: from the first moment it knew of the
+    /// launch to the replay's first request issued, microseconds: p50,
+    /// p90, max. That moment is the execve's entry for a replay started
+    /// there (`replay_at_execve`), else the exec event; never negative.
+    #[serde(default)]
+    pub start_to_first_request_us: [f64; 3],
     pub events: u64,
     pub drops: u64,
     /// Profiles, and plans, held in memory so that a launch is decided
@@ -306,7 +312,7 @@ pub enum Request {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "reply", rename_all = "kebab-case")]
 pub enum Reply {
-    Status(DaemonStatus),
+    Status(Box<DaemonStatus>),
     Learned {
         /// The policy key: the executable, or the script for interpreters.
         key: String,
@@ -377,7 +383,7 @@ pub fn request(socket: &Path, req: &Request) -> Result<Reply, ControlError> {
 /// Asks a running daemon for its status.
 pub fn query(socket: &Path) -> Option<DaemonStatus> {
     match request(socket, &Request::Status) {
-        Ok(Reply::Status(s)) => Some(s),
+        Ok(Reply::Status(s)) => Some(*s),
         _ => None,
     }
 }
@@ -395,6 +401,9 @@ enum Mode {
         first_request_ns: Arc<AtomicU64>,
         /// When work on the first entry started (monotonic ns).
         first_start_ns: Arc<AtomicU64>,
+        /// When the execve whose entry started this replay began
+        /// (monotonic ns); 0 if it started at the exec event.
+        execve_ns: u64,
         /// Recorded in full for the audit; otherwise only its process
         /// tree is followed.
         audited: bool,
@@ -775,6 +784,7 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
     let started = Instant::now();
     let mut latencies: Vec<f64> = Vec::new();
     let mut first_requests: Vec<f64> = Vec::new();
+    let mut reactions: Vec<f64> = Vec::new();
     let mut first_starts: Vec<f64> = Vec::new();
     let mut sessions: HashMap<u32, Session> = HashMap::new();
     let mut owner: HashMap<u32, u32> = HashMap::new();
@@ -822,9 +832,9 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
                 }
                 Event::ExecStart {
                     tgid,
+                    ts_ns,
                     filename,
                     argv: Some(argv),
-                    ..
                 } if dcfg.replay_at_execve => {
                     // A program started inside a launch is that launch's.
                     if *tgid == me || owner.contains_key(tgid) || forked_here.contains(tgid) {
@@ -841,6 +851,7 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
                         let running = replaying(&sessions, early.len());
                         start_early(
                             *tgid,
+                            *ts_ns,
                             filename,
                             argv,
                             dcfg,
@@ -1027,6 +1038,7 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
             if let Mode::Prefetching {
                 first_request_ns,
                 first_start_ns,
+                execve_ns,
                 ..
             } = &s.mode
             {
@@ -1034,6 +1046,12 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
                 let first = first_request_ns.load(Ordering::Relaxed);
                 if first > 0 {
                     first_requests.push(since(s.exec_ts_ns, first) / 1e3);
+                    let known = if *execve_ns > 0 {
+                        *execve_ns
+                    } else {
+                        s.exec_ts_ns
+                    };
+                    reactions.push(first.saturating_sub(known) as f64 / 1e3);
                 }
                 let start = first_start_ns.load(Ordering::Relaxed);
                 if start > 0 {
@@ -1071,6 +1089,7 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
         status.drops = rec.drops();
         status.exec_to_replay_us = percentiles(&latencies);
         status.exec_to_first_request_us = percentiles(&first_requests);
+        status.start_to_first_request_us = percentiles(&reactions);
         status.exec_to_first_start_us = percentiles(&first_starts);
         (status.profiles_in_memory, status.plans_in_memory) = shared.cache.counts();
         status.sessions = sessions
@@ -1335,7 +1354,7 @@ fn handle(
                 .iter()
                 .cloned()
                 .collect();
-            Reply::Status(status)
+            Reply::Status(Box::new(status))
         }
         Request::Learn { exe, argv, cwd } => {
             if argv.is_empty() {
@@ -1561,7 +1580,7 @@ fn decide(
                     }
                     let start = replaying(sessions, 0) < dcfg.max_concurrent_replays;
                     (
-                        start_prefetch(plan, cfg, cache, start, audited, relearn),
+                        start_prefetch(plan, cfg, cache, start, audited, relearn, 0),
                         false,
                     )
                 }
@@ -1625,6 +1644,7 @@ fn start_prefetch(
     start: bool,
     audited: bool,
     relearn: bool,
+    execve_ns: u64,
 ) -> Mode {
     let cancel = Arc::new(AtomicBool::new(false));
     let requests = Arc::new(AtomicU64::new(0));
@@ -1658,6 +1678,7 @@ fn start_prefetch(
         requests,
         first_request_ns,
         first_start_ns,
+        execve_ns,
         audited,
         relearn,
     }
@@ -1687,6 +1708,7 @@ impl Early {
 #[allow(clippy::too_many_arguments)]
 fn start_early(
     tgid: u32,
+    execve_ns: u64,
     filename: &str,
     argv: &[String],
     dcfg: &DaemonConfig,
@@ -1710,7 +1732,7 @@ fn start_early(
         return None;
     }
     let (plan, _) = known.plan?;
-    let mode = start_prefetch(plan, cfg, cache, true, false, false);
+    let mode = start_prefetch(plan, cfg, cache, true, false, false, execve_ns);
     matches!(
         mode,
         Mode::Prefetching {

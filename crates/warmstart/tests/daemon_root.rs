@@ -324,6 +324,13 @@ fn root_daemon_learns_prefetches_relearns_and_obeys_policy() {
         st["exec_to_first_request_us"][2].is_number(),
         "exec to first request is measured: {st}"
     );
+    // ... and from the execve's entry, which is never negative.
+    assert!(
+        st["start_to_first_request_us"][2]
+            .as_f64()
+            .is_some_and(|us| us >= 0.0),
+        "the daemon's reaction is measured: {st}"
+    );
 
     // The same launch not held, and between audits (only a new plan's
     // first launch and every nchk-th are audited): prefetched, followed
