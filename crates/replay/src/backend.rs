@@ -131,6 +131,13 @@ pub enum ReplayCpus {
     All,
     /// These CPUs.
     List(Vec<usize>),
+    /// Anywhere, but at idle scheduling priority (`SCHED_IDLE`) once each
+    /// thread has done its first piece of work: the replay then runs only
+    /// on a CPU nothing else wants, so it never takes CPU time from the
+    /// program it prefetches for (the head start before the program runs
+    /// is unaffected). For launches that keep both CPUs busy themselves,
+    /// such as a JVM's (see docs/launch-manager.md).
+    Idle,
 }
 
 impl ReplayCpus {
@@ -140,7 +147,7 @@ impl ReplayCpus {
     pub fn choose(&self, allowed: &[usize]) -> Option<Vec<usize>> {
         match self {
             ReplayCpus::One if allowed.len() > 1 => allowed.iter().max().map(|&c| vec![c]),
-            ReplayCpus::One | ReplayCpus::All => None,
+            ReplayCpus::One | ReplayCpus::All | ReplayCpus::Idle => None,
             ReplayCpus::List(l) => {
                 Some(l.iter().filter(|c| allowed.contains(c)).copied().collect())
             }
@@ -176,6 +183,7 @@ impl fmt::Display for ReplayCpus {
         match self {
             ReplayCpus::One => f.write_str("one"),
             ReplayCpus::All => f.write_str("all"),
+            ReplayCpus::Idle => f.write_str("idle"),
             ReplayCpus::List(l) => {
                 let l: Vec<String> = l.iter().map(ToString::to_string).collect();
                 f.write_str(&l.join(","))
@@ -187,14 +195,15 @@ impl fmt::Display for ReplayCpus {
 impl FromStr for ReplayCpus {
     type Err = String;
 
-    /// Parses `one`, `all`, or a CPU list such as `1` or `0,2-3`.
+    /// Parses `one`, `all`, `idle`, or a CPU list such as `1` or `0,2-3`.
     fn from_str(s: &str) -> Result<Self, String> {
         match s.trim() {
             "one" => return Ok(ReplayCpus::One),
             "all" => return Ok(ReplayCpus::All),
+            "idle" => return Ok(ReplayCpus::Idle),
             _ => {}
         }
-        let bad = || format!("{s:?} is not one, all or a CPU list such as 1 or 0,2-3");
+        let bad = || format!("{s:?} is not one, all, idle or a CPU list such as 1 or 0,2-3");
         let mut cpus = Vec::new();
         for part in s.split(',') {
             let part = part.trim();
@@ -275,6 +284,12 @@ pub trait Backend: Sync {
     /// Returns the calling thread to normal scheduling if it runs at a
     /// real-time priority (inherited from the thread that started it).
     fn leave_realtime(&self) {}
+
+    /// Moves the calling thread to idle scheduling priority
+    /// ([`ReplayCpus::Idle`]).
+    fn run_when_idle(&self) -> Result<(), ReplayError> {
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -284,9 +299,10 @@ mod tests {
     #[test]
     fn replay_cpus_parse_and_choose() {
         let list = |v: &[usize]| Ok(ReplayCpus::List(v.to_vec()));
-        let cases: [(&str, Result<ReplayCpus, ()>); 9] = [
+        let cases: [(&str, Result<ReplayCpus, ()>); 10] = [
             ("one", Ok(ReplayCpus::One)),
             ("all", Ok(ReplayCpus::All)),
+            ("idle", Ok(ReplayCpus::Idle)),
             ("1", list(&[1])),
             ("3,0-1", list(&[0, 1, 3])),
             (" 2 - 3 , 2", list(&[2, 3])),
@@ -301,6 +317,8 @@ mod tests {
         assert_eq!(ReplayCpus::One.choose(&[0, 1, 2]), Some(vec![2]));
         assert_eq!(ReplayCpus::One.choose(&[5]), None);
         assert_eq!(ReplayCpus::All.choose(&[0, 1]), None);
+        assert_eq!(ReplayCpus::Idle.choose(&[0, 1]), None);
+        assert_eq!(ReplayCpus::Idle.to_string(), "idle");
         assert_eq!(ReplayCpus::List(vec![0]).choose(&[0, 1]), Some(vec![0]));
         assert_eq!(ReplayCpus::List(vec![1, 7]).choose(&[0, 1]), Some(vec![1]));
         assert_eq!(ReplayCpus::List(vec![7]).choose(&[0, 1]), Some(vec![]));

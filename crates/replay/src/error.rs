@@ -71,6 +71,9 @@ pub enum ReplayError {
     /// `sched_setaffinity(2)` or `sched_getaffinity(2)` failed.
     #[error("cannot confine the replay to CPUs {cpus}: {source}")]
     Affinity { cpus: String, source: io::Error },
+    /// `sched_setscheduler(2)` refused `SCHED_IDLE`.
+    #[error("cannot run the replay at idle priority: {source}")]
+    IdlePriority { source: io::Error },
     /// A worker thread could not be started.
     #[error("cannot start a replay worker thread: {source}")]
     Thread { source: io::Error },

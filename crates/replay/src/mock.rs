@@ -36,6 +36,8 @@ pub enum Call {
     IoPriority(IoPriority),
     /// A thread confined itself to these CPUs.
     Cpus(Vec<usize>),
+    /// The calling thread moved to idle scheduling priority.
+    Idle,
 }
 
 /// A mock open file or device.
@@ -402,6 +404,11 @@ impl Backend for MockBackend {
                 source: io::Error::from_raw_os_error(libc::EINVAL),
             });
         }
+        Ok(())
+    }
+
+    fn run_when_idle(&self) -> Result<(), ReplayError> {
+        self.record(Call::Idle);
         Ok(())
     }
 }

@@ -574,6 +574,18 @@ impl Backend for RealBackend {
         }
     }
 
+    fn run_when_idle(&self) -> Result<(), ReplayError> {
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: pid 0 is the calling thread; param is a valid
+        // sched_param. Lowering one's own priority needs no privilege.
+        if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } != 0 {
+            return Err(ReplayError::IdlePriority {
+                source: io::Error::last_os_error(),
+            });
+        }
+        Ok(())
+    }
+
     fn set_io_priority(&self, prio: IoPriority) -> Result<(), ReplayError> {
         // SAFETY: plain syscall with integer arguments; it affects only the
         // calling thread (who = IOPRIO_WHO_PROCESS, id = 0).
@@ -815,6 +827,18 @@ mod tests {
         for (name, dev, want) in cases {
             assert_eq!(read_ahead_bytes(sys, dev), want, "{name}");
         }
+    }
+
+    #[test]
+    fn run_when_idle_moves_the_thread_to_sched_idle() {
+        std::thread::spawn(|| {
+            let b = RealBackend::new();
+            b.run_when_idle().unwrap();
+            // SAFETY: pid 0 is the calling thread.
+            assert_eq!(unsafe { libc::sched_getscheduler(0) }, libc::SCHED_IDLE);
+        })
+        .join()
+        .unwrap();
     }
 
     /// A thread started by a real-time thread inherits its priority; the

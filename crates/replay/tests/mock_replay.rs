@@ -809,6 +809,23 @@ fn replay_is_confined_to_one_cpu_and_gives_the_callers_back() {
         };
         assert_eq!(replay(&p, &o, &b).unwrap().cpus, want, "{choice}");
     }
+
+    // `idle`: no CPU is pinned; each thread that worked drops to idle
+    // priority after its first piece of work.
+    let b = MockBackend::new().with_file("/a", id(1));
+    let o = Options {
+        cpus: ReplayCpus::Idle,
+        ..opts(2)
+    };
+    let r = replay(&p, &o, &b).unwrap();
+    assert_eq!((r.cpus, r.data.entries, r.error_count), (None, 2, 0));
+    let calls = b.calls();
+    assert!(
+        !calls.iter().any(|c| matches!(c, Call::Cpus(_))),
+        "{calls:?}"
+    );
+    let idle = calls.iter().filter(|c| **c == Call::Idle).count();
+    assert!((1..=2).contains(&idle), "{calls:?}");
 }
 
 /// The mock's files with the real thread affinity calls; every prefetch

@@ -187,7 +187,7 @@ pub struct ReplayArgs {
     /// Stop when MemAvailable would fall below this many MiB.
     #[arg(long, value_name = "MIB")]
     pub memory_floor: Option<u64>,
-    /// CPUs the replay runs on: one (the last CPU, leaving the others to applications), all, or a list such as 0,2-3.
+    /// CPUs the replay runs on: one (the last CPU, leaving the others to applications), all, idle (any CPU nothing else wants: idle scheduling priority), or a list such as 0,2-3.
     #[arg(long, value_name = "CPUS", default_value = "one")]
     pub cpus: warmstart_replay::ReplayCpus,
     /// Largest request in KiB (below the device's read-ahead size).
@@ -229,7 +229,7 @@ pub struct RunArgs {
     /// Replay worker threads (default: the launch manager's).
     #[arg(long)]
     pub workers: Option<usize>,
-    /// CPUs the replay runs on: one (the last CPU, leaving the others to the application), all, or a list such as 0,2-3.
+    /// CPUs the replay runs on: one (the last CPU, leaving the others to the application), all, idle (any CPU nothing else wants: idle scheduling priority; for launches that keep every CPU busy, such as a JVM's), or a list such as 0,2-3.
     #[arg(long, value_name = "CPUS", default_value = "one")]
     pub replay_cpus: warmstart_replay::ReplayCpus,
     /// Print what the launch manager did (stderr), or with --json as JSON.
