@@ -401,9 +401,9 @@ enum Mode {
         first_request_ns: Arc<AtomicU64>,
         /// When work on the first entry started (monotonic ns).
         first_start_ns: Arc<AtomicU64>,
-        /// When the execve whose entry started this replay began
-        /// (monotonic ns); 0 if it started at the exec event.
-        execve_ns: u64,
+        /// When the daemon first knew of the launch (monotonic ns): the
+        /// execve's entry for a replay started there, else the exec event.
+        seen_ns: u64,
         /// Recorded in full for the audit; otherwise only its process
         /// tree is followed.
         audited: bool,
@@ -1038,7 +1038,7 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
             if let Mode::Prefetching {
                 first_request_ns,
                 first_start_ns,
-                execve_ns,
+                seen_ns,
                 ..
             } = &s.mode
             {
@@ -1046,12 +1046,7 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
                 let first = first_request_ns.load(Ordering::Relaxed);
                 if first > 0 {
                     first_requests.push(since(s.exec_ts_ns, first) / 1e3);
-                    let known = if *execve_ns > 0 {
-                        *execve_ns
-                    } else {
-                        s.exec_ts_ns
-                    };
-                    reactions.push(first.saturating_sub(known) as f64 / 1e3);
+                    reactions.push(first.saturating_sub(*seen_ns) as f64 / 1e3);
                 }
                 let start = first_start_ns.load(Ordering::Relaxed);
                 if start > 0 {
@@ -1580,7 +1575,7 @@ fn decide(
                     }
                     let start = replaying(sessions, 0) < dcfg.max_concurrent_replays;
                     (
-                        start_prefetch(plan, cfg, cache, start, audited, relearn, 0),
+                        start_prefetch(plan, cfg, cache, start, audited, relearn, exec_ts_ns),
                         false,
                     )
                 }
@@ -1644,7 +1639,7 @@ fn start_prefetch(
     start: bool,
     audited: bool,
     relearn: bool,
-    execve_ns: u64,
+    seen_ns: u64,
 ) -> Mode {
     let cancel = Arc::new(AtomicBool::new(false));
     let requests = Arc::new(AtomicU64::new(0));
@@ -1678,7 +1673,7 @@ fn start_prefetch(
         requests,
         first_request_ns,
         first_start_ns,
-        execve_ns,
+        seen_ns,
         audited,
         relearn,
     }
