@@ -65,6 +65,8 @@ pub fn compile_options(s: Scenario) -> Option<CompileOptions> {
         // The peers have no small-launch rule; that rule is ours.
         min_launch_bytes: 0,
         lookups: false,
+        // They trace block requests, read-ahead and all.
+        unused: true,
         ..CompileOptions::default()
     };
     Some(match s {

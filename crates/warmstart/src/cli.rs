@@ -164,6 +164,9 @@ pub struct CompileArgs {
     /// Leave out path lookups.
     #[arg(long)]
     pub no_lookups: bool,
+    /// Also read the pages the kernel read ahead that no launch used (left out by default: they compete with the launch).
+    #[arg(long)]
+    pub keep_unused: bool,
     /// Launches reading less than this get an empty plan.
     #[arg(long, value_name = "BYTES", default_value_t = warmstart_plan::compile::DEFAULT_MIN_LAUNCH_BYTES)]
     pub min_launch_bytes: u64,

@@ -18,6 +18,7 @@ pub fn options(a: &CompileArgs) -> CompileOptions {
         min_launch_bytes: a.min_launch_bytes,
         exclude_paths: a.exclude.clone(),
         lookups: !a.no_lookups,
+        unused: a.keep_unused,
     }
 }
 
@@ -35,7 +36,7 @@ pub fn run(args: CompileArgs, quiet: bool) -> Result<i32> {
     if !quiet {
         let r = &compiled.report;
         for w in &r.warnings {
-            eprintln!("warmstart: warning: {w:?}");
+            eprintln!("warmstart: warning: {w}");
         }
         for p in &r.passes {
             eprintln!(
@@ -47,6 +48,12 @@ pub fn run(args: CompileArgs, quiet: bool) -> Result<i32> {
                 human_bytes(p.bytes_after)
             );
         }
+        if r.bytes_unused > 0 {
+            eprintln!(
+                "warmstart: left out {} the kernel read ahead but no launch used (--keep-unused keeps it)",
+                human_bytes(r.bytes_unused)
+            );
+        }
         if r.files_written > 0 {
             eprintln!(
                 "warmstart: left out {} file(s), {}, changed while the launch ran (outputs, logs)",
@@ -55,7 +62,7 @@ pub fn run(args: CompileArgs, quiet: bool) -> Result<i32> {
             );
         }
         if let Some(why) = &r.empty {
-            eprintln!("warmstart: the plan is empty: {why:?}");
+            eprintln!("warmstart: the plan is empty: {why}");
         }
         eprintln!(
             "warmstart: plan of {} entries ({} files, {} data, {} metadata) in {} bytes, compiled in {:.1} ms -> {}",
