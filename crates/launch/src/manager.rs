@@ -374,6 +374,17 @@ pub(crate) fn add_trace(
         ));
         return Ok(());
     }
+    compile_profile(store, prof, cfg, report)
+}
+
+/// Compiles the profile's traces into its plan (or finds the launch not
+/// worth one).
+fn compile_profile(
+    store: &Store,
+    prof: &mut Profile,
+    cfg: &Config,
+    report: &mut LaunchReport,
+) -> Result<(), Error> {
     let mut traces = Vec::new();
     for t in &prof.traces {
         let p = store.trace_path(&prof.name, t);
@@ -672,7 +683,27 @@ pub(crate) fn judge(
                 eprintln!("warmstart: could not keep the audit trace: {e}");
             }
         }
+    } else if prof.phase == Phase::Prefetching && predates_used_only(plan, cfg) {
+        // A plan from a warmstart before the used-only pass still reads
+        // what the kernel read ahead and no launch used: compiled again,
+        // once, from the profile's traces, after this launch.
+        let all_there = !prof.traces.is_empty()
+            && prof
+                .traces
+                .iter()
+                .all(|t| store.trace_path(&prof.name, t).is_file());
+        if all_there {
+            if let Err(e) = compile_profile(store, prof, cfg, report) {
+                eprintln!("warmstart: could not compile the plan again: {e}");
+            }
+        }
     }
+}
+
+/// Whether `plan` was compiled before the used-only pass existed, while
+/// the configuration asks for it.
+fn predates_used_only(plan: &Plan, cfg: &Config) -> bool {
+    !cfg.compile.unused && !plan.meta.passes.iter().any(|p| p == "used-only")
 }
 
 /// Launches without recording. Returns the exit and the bytes the

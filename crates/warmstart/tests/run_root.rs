@@ -57,6 +57,41 @@ fn root_run_learns_prefetches_and_relearns() {
         report(&rep)
     );
 
+    // A plan compiled the old way, with what the kernel read ahead and no
+    // launch used, prefetches as before and is compiled again after the
+    // launch, now without it.
+    let prof = state.path().join("profiles").join("fixture");
+    let passes = |plan: &Path| -> Vec<String> {
+        let out = run_ok(
+            Command::new(warmstart())
+                .args(["show", "--format", "json"])
+                .arg(plan),
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        serde_json::from_value(v["meta"]["passes"].clone()).unwrap()
+    };
+    assert!(passes(&prof.join("plan")).contains(&"used-only".to_string()));
+    run_ok(
+        Command::new(warmstart())
+            .args(["compile", "-q", "--keep-unused"])
+            .arg(prof.join("trace-0"))
+            .arg(prof.join("trace-1"))
+            .arg("-o")
+            .arg(prof.join("plan")),
+    );
+    assert!(!passes(&prof.join("plan")).contains(&"used-only".to_string()));
+    fs.evict();
+    let out = run_cmd(state.path(), &[], &rep, &cmd);
+    assert!(out.status.success());
+    let r = report(&rep);
+    assert_eq!(r["phase_after"], "prefetching", "{r}");
+    assert!(
+        r["replay"]["data"]["bytes"].as_u64().unwrap() > 2 << 20,
+        "{r}"
+    );
+    assert!(r["compiled"].is_string(), "compiled again: {r}");
+    assert!(passes(&prof.join("plan")).contains(&"used-only".to_string()));
+
     // A cold, prefetched, audited launch: the application reads (almost)
     // nothing from storage itself.
     fs.evict();
@@ -69,6 +104,7 @@ fn root_run_learns_prefetches_and_relearns() {
     let r = report(&rep);
     assert_eq!(r["phase_before"], "prefetching");
     assert_eq!(r["phase_after"], "prefetching", "{r}");
+    assert!(r["compiled"].is_null(), "compiled again only once: {r}");
     let touched: u64 = touches(&out.stdout).iter().map(|t| t.2).sum();
     let self_read = r["audit_pages_from_storage"].as_u64().unwrap();
     assert!(
@@ -83,7 +119,6 @@ fn root_run_learns_prefetches_and_relearns() {
     // The plan is resident now. A launch that asks for no report is exec'd
     // in place: the command keeps the wrapper's pid, and the launch counts.
     // Its warm check reads the windows saved with the plan, not the plan.
-    let prof = state.path().join("profiles").join("fixture");
     let windows: serde_json::Value =
         serde_json::from_slice(&std::fs::read(prof.join("warm-check.json")).unwrap()).unwrap();
     assert_eq!(
@@ -116,7 +151,7 @@ fn root_run_learns_prefetches_and_relearns() {
             .arg(state.path()),
     );
     let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
-    assert_eq!(status["profiles"][0]["launches"], 4, "{status}");
+    assert_eq!(status["profiles"][0]["launches"], 5, "{status}");
 
     // Half of the files replaced: detected, skipped, counted, relearned.
     let data = fs.mnt.join("data");
