@@ -906,6 +906,7 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
                             &check,
                             me,
                             &sessions,
+                            early.len(),
                         )
                     };
                     // Not adopted: another program, or not followed after all.
@@ -1491,6 +1492,8 @@ type Decision = (String, Vec<String>, Mode);
 
 /// Decides what a launch is: its profile name, command and mode, and the
 /// exec-to-replay latency if a replay was started. `None`: leave it alone.
+/// `early_others` replays are running for other launches, started at their
+/// execve and not decided yet: they count against the replay limit.
 #[allow(clippy::too_many_arguments)]
 fn decide(
     tgid: u32,
@@ -1506,6 +1509,7 @@ fn decide(
     check: &std::sync::mpsc::Sender<Check>,
     me: u32,
     sessions: &HashMap<u32, Session>,
+    early_others: usize,
 ) -> Option<(Decision, Option<f64>)> {
     if tgid == me || exe.is_empty() {
         return None;
@@ -1573,7 +1577,8 @@ fn decide(
                     if let Some(e) = other {
                         stop_replay(&e.mode);
                     }
-                    let start = replaying(sessions, 0) < dcfg.max_concurrent_replays;
+                    // Replays started at other launches' execve count too.
+                    let start = replaying(sessions, early_others) < dcfg.max_concurrent_replays;
                     (
                         start_prefetch(plan, cfg, cache, start, audited, relearn, exec_ts_ns),
                         false,
