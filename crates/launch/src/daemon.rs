@@ -806,7 +806,16 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
         // rest of the batch (page events, sessions ending, their
         // compiling) is handled at normal priority.
         rt.set(true);
-        rec.poll(Duration::from_millis(20), &mut buf)
+        // With no launch followed there are no page records to collect
+        // (they come without a wake-up, for followed processes only):
+        // sleep until an exec wakes the loop, instead of 50 times a second.
+        let following = !sessions.is_empty() || !early.is_empty();
+        let wait = if following {
+            Duration::from_millis(20)
+        } else {
+            IDLE_POLL
+        };
+        rec.poll(wait, &mut buf)
             .map_err(warmstart_record::Error::from)?;
         status.events += buf.len() as u64;
         // Launches first: a replay must not wait behind a batch of page
@@ -984,7 +993,13 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
                 _ => {}
             }
         }
-        rt.set(false);
+        // Nothing happened and nothing is followed: stay as we are (two
+        // system calls a wake-up otherwise). Threads started from here on
+        // must not inherit real-time priority, hence the switch whenever
+        // there is work.
+        if !buf.is_empty() || !sessions.is_empty() {
+            rt.set(false);
+        }
         // An execve that failed has no exec event: its replay stops.
         early.retain(|_, e| {
             let keep = e.at.elapsed() < Duration::from_secs(1);
@@ -1103,6 +1118,10 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
     let _ = std::fs::remove_file(&dcfg.socket);
     Ok(())
 }
+
+/// How long the event loop sleeps when it follows no launch: execs wake it
+/// at once; this only bounds how stale `status` (uptime, drops) can be.
+const IDLE_POLL: Duration = Duration::from_secs(1);
 
 /// Locks the daemon's own executable in memory. Code the daemon has not
 /// run yet (deciding a launch, a replay) is otherwise read from storage
