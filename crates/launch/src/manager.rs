@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use warmstart_plan::compile::{compile, CompileOptions, Compiled};
+use warmstart_plan::trace::NEVER_USED;
 use warmstart_plan::{Plan, Trace};
 use warmstart_record::{Exit, HeldChild, SignalForwarder};
 use warmstart_replay::{Engine, RealBackend, Report};
@@ -839,8 +840,11 @@ fn quick_warm(store: &Store, name: &str) -> Option<bool> {
     Some(windows_cached(&check.windows))
 }
 
-/// Bytes the audited launch read from storage itself in ranges the plan
-/// does not prefetch: the plan's coverage misses (files by path).
+/// Bytes the audited launch used and read from storage itself in ranges
+/// the plan does not prefetch: the plan's coverage misses (files by path).
+/// What the kernel read ahead around them and the launch never used is not
+/// a miss: plans leave it out on purpose (the used-only pass), and one
+/// fault ahead of the replay reads megabytes of it here.
 fn uncovered_bytes(plan: &Plan, audit: &Trace) -> u64 {
     use std::collections::HashMap;
     use warmstart_plan::Entry;
@@ -868,7 +872,9 @@ fn uncovered_bytes(plan: &Plan, audit: &Trace) -> u64 {
     let mut missing = 0;
     for f in &audit.files {
         let ranges = f.path.as_deref().and_then(|p| covered.get(p));
-        for e in f.extents.iter().filter(|e| e.from_storage) {
+        let used_from_storage =
+            |e: &&warmstart_plan::trace::Extent| e.from_storage && e.t_ns < NEVER_USED;
+        for e in f.extents.iter().filter(used_from_storage) {
             let mut page = e.offset;
             while page < e.end() {
                 let hit = ranges.is_some_and(|r| {
@@ -980,6 +986,14 @@ mod tests {
                 file("/a", vec![ext(0, 16384, true), ext(16384, 4096, false)]),
                 // a file the plan lacks entirely
                 file("/b", vec![ext(0, 8192, true)]),
+                // read ahead by the kernel, never used: not a miss
+                file(
+                    "/c",
+                    vec![Extent {
+                        t_ns: NEVER_USED + 5,
+                        ..ext(0, 1 << 20, true)
+                    }],
+                ),
             ],
             metadata: vec![],
             namespace_ops: vec![],
