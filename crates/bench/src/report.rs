@@ -26,28 +26,33 @@ pub fn program_table(summary: &[Summary]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "  {:<14} {:>10}  {:>23}  {:>7}  {:>12}",
-        "scenario", "median", "min … max", "vs cold", "gap captured"
+        "  {:<14} {:>10}  {:>23}  {:>7}  {:>12}  {:>6}",
+        "scenario", "median", "min … max", "vs cold", "gap captured", "paired"
     );
     for s in summary {
+        // The gap is a figure of merit for launches that a prefetcher
+        // speeds up; for cold it is 0 by definition, and prefetch-only
+        // (no application) and learning (a cost) are read as ratios.
+        let no_gap = matches!(
+            s.scenario,
+            Scenario::Cold | Scenario::PrefetchOnly | Scenario::Learning
+        );
+        let gap = |g: Option<f64>| {
+            if no_gap {
+                "–".to_string()
+            } else {
+                fmt_pct(g)
+            }
+        };
         let _ = writeln!(
             out,
-            "  {:<14} {:>10}  {:>23}  {:>7}  {:>12}{}",
+            "  {:<14} {:>10}  {:>23}  {:>7}  {:>12}  {:>6}{}",
             s.scenario.name(),
             fmt_time(s.median_s),
             format!("{} … {}", fmt_time(s.min_s), fmt_time(s.max_s)),
             s.vs_cold.map_or("–".into(), |v| format!("{v:.2}")),
-            // The gap is a figure of merit for launches that a prefetcher
-            // speeds up; for cold it is 0 by definition, and prefetch-only
-            // (no application) and learning (a cost) are read as ratios.
-            if matches!(
-                s.scenario,
-                Scenario::Cold | Scenario::PrefetchOnly | Scenario::Learning
-            ) {
-                "–".to_string()
-            } else {
-                fmt_pct(s.gap_captured)
-            },
+            gap(s.gap_captured),
+            gap(s.paired_gap),
             if s.outlier_rounds.is_empty() {
                 String::new()
             } else {
@@ -61,6 +66,18 @@ pub fn program_table(summary: &[Summary]) -> String {
 /// Mean share of the gap captured per scenario, over the programs that
 /// have a gap (cold slower than warm).
 pub fn mean_gaps(results: &Results) -> Vec<(Scenario, f64, usize)> {
+    mean_of(results, |s| s.gap_captured)
+}
+
+/// The same for the gap captured from paired rounds.
+pub fn mean_paired_gaps(results: &Results) -> Vec<(Scenario, f64, usize)> {
+    mean_of(results, |s| s.paired_gap)
+}
+
+fn mean_of(
+    results: &Results,
+    gap: impl Fn(&Summary) -> Option<f64>,
+) -> Vec<(Scenario, f64, usize)> {
     let mut out = Vec::new();
     for sc in Scenario::ALL {
         if matches!(
@@ -74,7 +91,7 @@ pub fn mean_gaps(results: &Results) -> Vec<(Scenario, f64, usize)> {
             .iter()
             .flat_map(|p| p.summary.iter())
             .filter(|s| s.scenario == sc)
-            .filter_map(|s| s.gap_captured)
+            .filter_map(&gap)
             .collect();
         if !g.is_empty() {
             out.push((sc, g.iter().sum::<f64>() / g.len() as f64, g.len()));
@@ -195,14 +212,17 @@ pub fn render(results: &Results) -> String {
     if results.programs.len() > 1 {
         let _ = writeln!(out, "mean over {} programs:", results.programs.len());
         let gaps = mean_gaps(results);
+        let paired = mean_paired_gaps(results);
         for (sc, v) in mean_vs_cold(results) {
             let g = gaps.iter().find(|x| x.0 == sc);
+            let p = paired.iter().find(|x| x.0 == sc);
             let _ = writeln!(
                 out,
-                "  {:<14} vs cold {:.2}   gap captured {:>5}{}",
+                "  {:<14} vs cold {:.2}   gap captured {:>5}  paired {:>5}{}",
                 sc.name(),
                 v,
                 fmt_pct(g.map(|x| x.1)),
+                fmt_pct(p.map(|x| x.1)),
                 g.map_or(String::new(), |x| format!(" ({} programs)", x.2))
             );
         }

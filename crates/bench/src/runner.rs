@@ -173,6 +173,10 @@ pub struct Summary {
     pub vs_cold: Option<f64>,
     /// (cold − t) / (cold − warm), on medians.
     pub gap_captured: Option<f64>,
+    /// The same from differences within each round: median(cold − t) /
+    /// median(cold − warm) (see [`stats::paired_gap_captured`]).
+    #[serde(default)]
+    pub paired_gap: Option<f64>,
     /// Rounds whose time is a statistical outlier.
     pub outlier_rounds: Vec<usize>,
 }
@@ -192,6 +196,9 @@ pub fn summarize(runs: &[Run]) -> Vec<Summary> {
     };
     let cold = med(Scenario::Cold);
     let warm = med(Scenario::Warm);
+    let by_round =
+        |s: Scenario| -> std::collections::HashMap<usize, f64> { times(s).into_iter().collect() };
+    let (cold_r, warm_r) = (by_round(Scenario::Cold), by_round(Scenario::Warm));
     let mut out = Vec::new();
     for s in Scenario::ALL {
         let rt = times(s);
@@ -214,6 +221,11 @@ pub fn summarize(runs: &[Run]) -> Vec<Summary> {
                 (Some(c), Some(w)) => stats::gap_captured(median, c, w),
                 _ => None,
             },
+            paired_gap: stats::paired_gap_captured(
+                &rt.iter()
+                    .filter_map(|&(r, t)| Some((*cold_r.get(&r)?, *warm_r.get(&r)?, t)))
+                    .collect::<Vec<_>>(),
+            ),
             outlier_rounds: stats::outliers(&t).into_iter().map(|i| rt[i].0).collect(),
         });
     }
@@ -365,6 +377,10 @@ mod tests {
         assert_eq!(get(Scenario::Fast).vs_cold, Some(0.75));
         let ws = get(Scenario::Warmstart);
         assert!((ws.gap_captured.unwrap() - 0.8).abs() < 1e-9);
+        // Round by round: cold − t 0.8, 0.89, 0.71, −7.0, 0.8 over gaps
+        // 1.0, 1.1, 0.9, 1.0, 1.0.
+        assert!((ws.paired_gap.unwrap() - 0.8).abs() < 1e-9);
+        assert_eq!(get(Scenario::Cold).paired_gap, Some(0.0));
         assert_eq!(ws.outlier_rounds, vec![3]);
         assert_eq!(get(Scenario::Fast).outlier_rounds, Vec::<usize>::new());
         // Order of the table is scenario order, not launch order.

@@ -74,9 +74,41 @@ pub fn gap_captured(t: f64, cold: f64, warm: f64) -> Option<f64> {
     (gap > 0.0 && gap.is_finite()).then(|| (cold - t) / gap)
 }
 
+/// The gap captured from paired rounds: median over rounds of
+/// (t_cold − t) divided by the median over rounds of (t_cold − t_warm),
+/// each difference taken within one round. Robust to a machine that drifts
+/// during a run (other load adding time to every launch of some rounds),
+/// which moves a round's launches together but each scenario's median by
+/// a different amount. `rounds` holds (cold, warm, t) of each
+/// round that has all three. `None` without a positive median gap.
+pub fn paired_gap_captured(rounds: &[(f64, f64, f64)]) -> Option<f64> {
+    let won: Vec<f64> = rounds.iter().map(|(c, _, t)| c - t).collect();
+    let gap: Vec<f64> = rounds.iter().map(|(c, w, _)| c - w).collect();
+    let (won, gap) = (median(&won)?, median(&gap)?);
+    (gap > 0.0 && gap.is_finite()).then(|| won / gap)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn paired_gap_follows_a_drifting_machine() {
+        // Rounds 0-2 on a quiet machine, 3-4 with every launch 0.4 s
+        // slower: the medians per scenario mix the two (cold 2.0, warm
+        // 1.0, t 1.25: 75%), the paired gap does not.
+        let rounds = [
+            (2.0, 1.0, 1.2),
+            (2.0, 1.0, 1.25),
+            (2.0, 1.0, 1.15),
+            (2.4, 1.4, 1.6),
+            (2.4, 1.4, 1.64),
+        ];
+        let g = paired_gap_captured(&rounds).unwrap();
+        assert!((g - 0.8).abs() < 1e-9, "{g}");
+        assert_eq!(paired_gap_captured(&[]), None);
+        assert_eq!(paired_gap_captured(&[(1.0, 1.0, 1.0)]), None);
+    }
 
     #[test]
     fn median_odd_even_empty() {
