@@ -55,6 +55,6 @@ awk -v c="$mc" -v w="$mw" -v s="$msw" -v o="$mo" -v d="$md" 'BEGIN {
   printf "%-22s %12.1f %10.2f\n", "warm", w/1000, w/c;
   printf "%-22s %12.1f %10.2f\n", "warmstart (cold)", s/1000, s/c;
   printf "%-22s %12.1f %10.2f\n", "warmstart (warm)", o/1000, o/c;
-  if (c > w) printf "\nwarmstart captured %.0f%% of the cold-warm gap; on a warm launch it costs %+.1f ms (median of the paired differences)\n", 100*(c-s)/(c-w), d/1000;
+  if (c > w) printf "\nwarmstart captured %.0f%% of the cold-warm gap; on a warm launch it costs %+.1f ms (median of the paired differences;\nwarm launches alone vary by tens of ms here: scripts/warm-overhead.py measures that cost over hundreds of launches)\n", 100*(c-s)/(c-w), d/1000;
 }'
 "$WS" status --state-dir "$state"
