@@ -375,29 +375,43 @@ pub(crate) fn add_trace(
         ));
         return Ok(());
     }
-    compile_profile(store, prof, cfg, report)
+    let traces: Vec<Trace> = read_traces(store, prof)
+        .into_iter()
+        .filter_map(|(p, t)| {
+            if t.is_none() {
+                eprintln!("warmstart: ignoring unreadable trace {}", p.display());
+            }
+            t
+        })
+        .collect();
+    compile_profile(&traces, store, prof, cfg, report)
 }
 
-/// Compiles the profile's traces into its plan (or finds the launch not
+/// The profile's traces, each with its path; `None` where one cannot be
+/// read or decoded.
+fn read_traces(store: &Store, prof: &Profile) -> Vec<(PathBuf, Option<Trace>)> {
+    prof.traces
+        .iter()
+        .map(|t| {
+            let p = store.trace_path(&prof.name, t);
+            let trace = std::fs::read(&p)
+                .ok()
+                .and_then(|b| Trace::from_bytes(&b).ok());
+            (p, trace)
+        })
+        .collect()
+}
+
+/// Compiles `traces` into the profile's plan (or finds the launch not
 /// worth one).
 fn compile_profile(
+    traces: &[Trace],
     store: &Store,
     prof: &mut Profile,
     cfg: &Config,
     report: &mut LaunchReport,
 ) -> Result<(), Error> {
-    let mut traces = Vec::new();
-    for t in &prof.traces {
-        let p = store.trace_path(&prof.name, t);
-        match std::fs::read(&p)
-            .ok()
-            .and_then(|b| Trace::from_bytes(&b).ok())
-        {
-            Some(t) => traces.push(t),
-            None => eprintln!("warmstart: ignoring unreadable trace {}", p.display()),
-        }
-    }
-    let compiled = match compile_traces(&traces, &cfg.compile) {
+    let compiled = match compile_traces(traces, &cfg.compile) {
         Ok(c) => c,
         Err(e) => {
             prof.note = Some(format!("compile failed: {e}"));
@@ -405,7 +419,16 @@ fn compile_profile(
         }
     };
     if let Some(reason) = &compiled.report.empty {
-        let _ = std::fs::remove_file(store.previous_plan_path(&prof.name));
+        // Nothing of an earlier plan may stay behind (a plan compiled
+        // again can come out empty: see `judge`).
+        for p in [
+            store.previous_plan_path(&prof.name),
+            store.plan_path(&prof.name),
+            store.warm_check_path(&prof.name),
+        ] {
+            let _ = std::fs::remove_file(p);
+        }
+        prof.plan_bytes = None;
         prof.phase = Phase::Ignored;
         prof.note = Some(format!("not prefetched: {reason:?}"));
         report.compiled = prof.note.clone();
@@ -686,25 +709,33 @@ pub(crate) fn judge(
         }
     } else if prof.phase == Phase::Prefetching && predates_used_only(plan, cfg) {
         // A plan from a warmstart before the used-only pass still reads
-        // what the kernel read ahead and no launch used: compiled again,
-        // once, from the profile's traces, after this launch.
-        let all_there = !prof.traces.is_empty()
-            && prof
-                .traces
-                .iter()
-                .all(|t| store.trace_path(&prof.name, t).is_file());
-        if all_there {
-            if let Err(e) = compile_profile(store, prof, cfg, report) {
+        // what the kernel read ahead and no launch used: compiled again
+        // from the profile's traces, after this launch. Only from all of
+        // them: with one unreadable the plan stays as it is (and this is
+        // tried again after the next launch, for the cost of reading them).
+        // Traces of format 1.0 mark no page unused; their plan is the same.
+        let traces: Option<Vec<Trace>> = read_traces(store, prof)
+            .into_iter()
+            .map(|(_, t)| t)
+            .collect();
+        if let Some(traces) = traces.filter(|t| !t.is_empty()) {
+            if let Err(e) = compile_profile(&traces, store, prof, cfg, report) {
                 eprintln!("warmstart: could not compile the plan again: {e}");
             }
         }
     }
 }
 
-/// Whether `plan` was compiled before the used-only pass existed, while
-/// the configuration asks for it.
+/// Whether `plan` was compiled before the used-only pass existed (its
+/// passes name neither outcome of it), while the configuration asks for it.
 fn predates_used_only(plan: &Plan, cfg: &Config) -> bool {
-    !cfg.compile.unused && !plan.meta.passes.iter().any(|p| p == "used-only")
+    use warmstart_plan::compile::{UNUSED_KEPT, USED_ONLY};
+    !cfg.compile.unused
+        && !plan
+            .meta
+            .passes
+            .iter()
+            .any(|p| p == USED_ONLY || p == UNUSED_KEPT)
 }
 
 /// Launches without recording. Returns the exit and the bytes the

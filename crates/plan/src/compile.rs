@@ -74,6 +74,12 @@ pub const DEFAULT_METADATA_SHIFT: u64 = 2 * 1024 * 1024;
 /// milliseconds, about what loading and validating a plan costs.
 pub const DEFAULT_MIN_LAUNCH_BYTES: u64 = 256 * 1024;
 
+/// The used-only pass's name in [`PlanMeta::passes`] when it left out the
+/// pages no launch used.
+pub const USED_ONLY: &str = "used-only";
+/// ... and when it kept them ([`CompileOptions::unused`]).
+pub const UNUSED_KEPT: &str = "unused-kept";
+
 /// What the compiler does; [`Default`] is right for SSDs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CompileOptions {
@@ -93,7 +99,7 @@ pub struct CompileOptions {
     /// Order the schedule physically, for rotational disks.
     pub sorted: bool,
     /// A launch needing fewer bytes (data and metadata kept by `combine`,
-    /// after `exclude`) gets an empty plan.
+    /// after `used-only` and `exclude`) gets an empty plan.
     pub min_launch_bytes: u64,
     /// Path prefixes never worth prefetching (always resident, virtual file
     /// systems). A prefix matches whole components: `/usr/lib` matches
@@ -394,25 +400,30 @@ pub fn compile(
 
     // used-only: traces tell the pages a launch used from those the kernel
     // only read ahead (every recorder backend does; a residency snapshot
-    // has used ones only). If no page at all was used, they could not tell.
-    if !opts.unused {
-        let before = (data.len() + metadata.len(), bytes(&data) + bytes(&metadata));
-        if data.iter().any(|r| r.t < NEVER_USED) {
-            report.bytes_unused = data
-                .iter()
-                .filter(|r| r.t >= NEVER_USED)
-                .map(Run::len)
-                .sum();
-            data.retain(|r| r.t < NEVER_USED);
+    // has used ones only; traces of format 1.0 mark none). If no page at
+    // all was used, they could not tell. Either way the plan records which
+    // was asked for, so that the launch manager can tell a plan compiled
+    // before this pass existed ([`UNUSED_KEPT`] or [`USED_ONLY`]).
+    let before = (data.len() + metadata.len(), bytes(&data) + bytes(&metadata));
+    if !opts.unused && data.iter().any(|r| r.t < NEVER_USED) {
+        report.bytes_unused = data
+            .iter()
+            .filter(|r| r.t >= NEVER_USED)
+            .map(Run::len)
+            .sum();
+        data.retain(|r| r.t < NEVER_USED);
+        slot_kept.iter_mut().for_each(|k| *k = 0);
+        for r in &data {
+            slot_kept[r.key as usize] += r.len();
         }
-        passes.push(PassReport {
-            pass: "used-only".into(),
-            entries_before: before.0,
-            entries_after: data.len() + metadata.len(),
-            bytes_before: before.1,
-            bytes_after: bytes(&data) + bytes(&metadata),
-        });
     }
+    passes.push(PassReport {
+        pass: if opts.unused { UNUSED_KEPT } else { USED_ONLY }.into(),
+        entries_before: before.0,
+        entries_after: data.len() + metadata.len(),
+        bytes_before: before.1,
+        bytes_after: bytes(&data) + bytes(&metadata),
+    });
 
     // exclude
     let lookups = if opts.exclude_paths.is_empty() {
@@ -1438,13 +1449,23 @@ mod tests {
         assert_eq!(show(&c.plan), vec!["/a 0+32", "/b 0+1"]);
         assert_eq!(c.report.bytes_unused, (2016 + 64) * P);
         let pass = &c.report.passes[1];
-        assert_eq!(pass.pass, "used-only");
+        assert_eq!(pass.pass, USED_ONLY);
         assert_eq!((pass.bytes_before, pass.bytes_after), (2113 * P, 33 * P));
         // A page used by one launch and read ahead in the other is used.
         let c = run(&[one.clone(), two], &used_only);
         assert_eq!(show(&c.plan), vec!["/a 0+40", "/b 0+1"]);
+        // A file only read ahead is not also counted as excluded.
+        let c = run(
+            std::slice::from_ref(&one),
+            &CompileOptions {
+                exclude_paths: vec!["/c".into()],
+                ..used_only.clone()
+            },
+        );
+        assert_eq!((c.report.files_excluded, c.report.bytes_excluded), (0, 0));
         // Asked for, the read-ahead stays, last.
         let c = run(&[one], &merging());
+        assert_eq!(c.plan.meta.passes[1], UNUSED_KEPT);
         assert_eq!(
             show(&c.plan),
             vec!["/a 0+32", "/b 0+1", "/a 32+2016", "/c 0+64"]

@@ -57,29 +57,42 @@ fn root_run_learns_prefetches_and_relearns() {
         report(&rep)
     );
 
-    // A plan compiled the old way, with what the kernel read ahead and no
-    // launch used, prefetches as before and is compiled again after the
-    // launch, now without it.
+    // Plans say whether the pages the kernel read ahead and no launch used
+    // were left out. One asked to keep them (`compile --keep-unused`) is
+    // left alone; one from before that pass existed is compiled again
+    // after its next launch, without them.
     let prof = state.path().join("profiles").join("fixture");
-    let passes = |plan: &Path| -> Vec<String> {
-        let out = run_ok(
-            Command::new(warmstart())
-                .args(["show", "--format", "json"])
-                .arg(plan),
-        );
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        serde_json::from_value(v["meta"]["passes"].clone()).unwrap()
-    };
-    assert!(passes(&prof.join("plan")).contains(&"used-only".to_string()));
+    let plan_path = prof.join("plan");
+    let load = |p: &Path| warmstart_plan::Plan::from_bytes(&std::fs::read(p).unwrap()).unwrap();
+    let fresh = load(&plan_path);
+    assert!(
+        fresh.meta.passes.iter().any(|p| p == "used-only"),
+        "{:?}",
+        fresh.meta.passes
+    );
     run_ok(
         Command::new(warmstart())
             .args(["compile", "-q", "--keep-unused"])
             .arg(prof.join("trace-0"))
             .arg(prof.join("trace-1"))
             .arg("-o")
-            .arg(prof.join("plan")),
+            .arg(&plan_path),
     );
-    assert!(!passes(&prof.join("plan")).contains(&"used-only".to_string()));
+    let kept = load(&plan_path);
+    assert!(kept.meta.passes.iter().any(|p| p == "unused-kept"));
+    fs.evict();
+    let out = run_cmd(state.path(), &[], &rep, &cmd);
+    assert!(out.status.success());
+    let r = report(&rep);
+    assert!(
+        r["compiled"].is_null(),
+        "a plan keeping them is left alone: {r}"
+    );
+    assert_eq!(load(&plan_path).meta.passes, kept.meta.passes);
+    // The same plan as an older warmstart wrote it: no word of the pass.
+    let mut old = kept.clone();
+    old.meta.passes.retain(|p| p != "unused-kept");
+    std::fs::write(&plan_path, old.to_bytes()).unwrap();
     fs.evict();
     let out = run_cmd(state.path(), &[], &rep, &cmd);
     assert!(out.status.success());
@@ -87,10 +100,13 @@ fn root_run_learns_prefetches_and_relearns() {
     assert_eq!(r["phase_after"], "prefetching", "{r}");
     assert!(
         r["replay"]["data"]["bytes"].as_u64().unwrap() > 2 << 20,
-        "{r}"
+        "the old plan still prefetches: {r}"
     );
     assert!(r["compiled"].is_string(), "compiled again: {r}");
-    assert!(passes(&prof.join("plan")).contains(&"used-only".to_string()));
+    let again = load(&plan_path);
+    assert_eq!(again.meta.passes, fresh.meta.passes);
+    assert_eq!(again.data_bytes(), fresh.data_bytes());
+    assert!(again.data_bytes() <= kept.data_bytes());
 
     // A cold, prefetched, audited launch: the application reads (almost)
     // nothing from storage itself.
@@ -151,7 +167,7 @@ fn root_run_learns_prefetches_and_relearns() {
             .arg(state.path()),
     );
     let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
-    assert_eq!(status["profiles"][0]["launches"], 5, "{status}");
+    assert_eq!(status["profiles"][0]["launches"], 6, "{status}");
 
     // Half of the files replaced: detected, skipped, counted, relearned.
     let data = fs.mnt.join("data");
