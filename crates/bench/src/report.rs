@@ -223,7 +223,13 @@ pub fn render(results: &Results) -> String {
                 v,
                 fmt_pct(g.map(|x| x.1)),
                 fmt_pct(p.map(|x| x.1)),
-                g.map_or(String::new(), |x| format!(" ({} programs)", x.2))
+                match (g, p) {
+                    (Some(g), Some(p)) if p.2 != g.2 => {
+                        format!(" ({} programs; paired: {})", g.2, p.2)
+                    }
+                    (Some(g), _) => format!(" ({} programs)", g.2),
+                    _ => String::new(),
+                }
             );
         }
     }

@@ -924,7 +924,7 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
                     }
                     let replay_started = matches!(&decided, Some((_, Some(_))));
                     if let Some((_, Some(l))) = &decided {
-                        latencies.push(*l);
+                        push_recent(&mut latencies, *l);
                     }
                     match (sessions.get_mut(tgid), decided) {
                         // The launch's first process exec'd again: it is
@@ -1061,12 +1061,12 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
                 status.launches_prefetched += 1;
                 let first = first_request_ns.load(Ordering::Relaxed);
                 if first > 0 {
-                    first_requests.push(since(s.exec_ts_ns, first) / 1e3);
-                    reactions.push(first.saturating_sub(*seen_ns) as f64 / 1e3);
+                    push_recent(&mut first_requests, since(s.exec_ts_ns, first) / 1e3);
+                    push_recent(&mut reactions, first.saturating_sub(*seen_ns) as f64 / 1e3);
                 }
                 let start = first_start_ns.load(Ordering::Relaxed);
                 if start > 0 {
-                    first_starts.push(since(s.exec_ts_ns, start) / 1e3);
+                    push_recent(&mut first_starts, since(s.exec_ts_ns, start) / 1e3);
                 }
             } else {
                 status.launches_learned += 1;
@@ -1119,8 +1119,10 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
     Ok(())
 }
 
-/// How long the event loop sleeps when it follows no launch: execs wake it
-/// at once; this only bounds how stale `status` (uptime, drops) can be.
+/// How long the event loop sleeps when it follows no launch: execs (and
+/// the signals that stop it) wake it at once; this bounds how stale
+/// `status` can be (uptime, drops, the counts of profiles and plans in
+/// memory) and how long a stop request set just before the wait waits.
 const IDLE_POLL: Duration = Duration::from_secs(1);
 
 /// Locks the daemon's own executable in memory. Code the daemon has not
@@ -2012,6 +2014,20 @@ fn evict_lru(store: &Store, cache: &Cache, max: u64) {
     }
 }
 
+/// How many of the latest launches the status percentiles cover. They are
+/// recomputed (copied and sorted) on every pass of the event loop, so they
+/// must not grow with the daemon's uptime: 100,000 launches would cost
+/// milliseconds every 20 ms.
+const RECENT_LAUNCHES: usize = 4096;
+
+/// Appends `x`, dropping the oldest beyond [`RECENT_LAUNCHES`].
+fn push_recent(v: &mut Vec<f64>, x: f64) {
+    if v.len() >= RECENT_LAUNCHES {
+        v.drain(..=v.len() - RECENT_LAUNCHES);
+    }
+    v.push(x);
+}
+
 fn percentiles(v: &[f64]) -> [f64; 3] {
     if v.is_empty() {
         return [0.0; 3];
@@ -2053,6 +2069,17 @@ fn is_service(pid: u32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn status_percentiles_cover_the_latest_launches() {
+        let mut v = Vec::new();
+        for i in 0..RECENT_LAUNCHES + 10 {
+            push_recent(&mut v, i as f64);
+        }
+        assert_eq!(v.len(), RECENT_LAUNCHES);
+        assert_eq!(v[0], 10.0);
+        assert_eq!(percentiles(&v)[2], (RECENT_LAUNCHES + 9) as f64);
+    }
 
     #[test]
     fn a_new_plan_and_every_nchk_th_launch_are_audited() {
