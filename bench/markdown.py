@@ -38,17 +38,19 @@ def main(path):
         print(f"`{' '.join(p['command'])}` — ready: `{p['ready']}`; learned "
               f"{l['files']} files, {l['data_bytes'] / 2**20:.1f} MiB data, "
               f"{l['metadata_bytes'] / 2**20:.1f} MiB metadata ({l['backend']}).\n")
-        print("| scenario | median | min … max | vs cold | gap captured |")
-        print("|---|---:|---:|---:|---:|")
+        print("| scenario | median | min … max | vs cold | gap captured | paired |")
+        print("|---|---:|---:|---:|---:|---:|")
         for x in sorted(p["summary"], key=lambda x: ORDER.index(x["scenario"])):
             sc = x["scenario"]
             g = None if sc in NO_GAP else x["gap_captured"]
+            # Exports older than the paired gap have no such field.
+            pg = None if sc in NO_GAP else x.get("paired_gap")
             gaps.setdefault(sc, []).append(x["gap_captured"])
             vs = "–" if x["vs_cold"] is None else f"{x['vs_cold']:.2f}"
             name = f"**{sc}**" if sc == "warmstart" else sc
             out = " ⚠ outlier" if x["outlier_rounds"] else ""
             print(f"| {name} | {t(x['median_s'])} | {t(x['min_s'])} … {t(x['max_s'])} "
-                  f"| {vs} | {pct(g)}{out} |")
+                  f"| {vs} | {pct(g)}{out} | {pct(pg)} |")
         print()
     print("### Mean over programs\n")
     names = [p["name"] for p in d["programs"]]
