@@ -790,6 +790,10 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
     let mut owner: HashMap<u32, u32> = HashMap::new();
     // Replays started at an execve's entry, until its exec event.
     let mut early: HashMap<u32, Early> = HashMap::new();
+    // Execves that started no replay, until their exec event: it tells
+    // whether the file was a script (see `script_prefix`).
+    let mut pending: HashMap<u32, (String, Vec<String>, Instant)> = HashMap::new();
+    let mut scripts = Scripts::default();
     let mut buf = Vec::new();
     let idle = Duration::from_secs_f64(dcfg.idle_s);
     let timeout = Duration::from_secs_f64(dcfg.timeout_s);
@@ -868,6 +872,7 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
                             &cfg,
                             &shared.cache,
                             running,
+                            &scripts,
                         )
                     };
                     if let Some(e) = started {
@@ -875,6 +880,8 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
                         status.replays_at_execve += 1;
                         // Let the replay thread, waiting on this CPU, run.
                         rt.set(false);
+                    } else {
+                        pending.insert(*tgid, (filename.clone(), argv.clone(), Instant::now()));
                     }
                 }
                 Event::Exec {
@@ -888,6 +895,15 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
                         continue; // a program started inside a launch
                     }
                     let exe = file.path.absolute().unwrap_or_default();
+                    // A script run directly: its next execve can start the
+                    // interpreter's replay (see `start_early`).
+                    if let (Some((name, given, _)), Some(now)) =
+                        (pending.remove(tgid), argv.as_deref())
+                    {
+                        if let Some(prefix) = script_prefix(&name, &given, now) {
+                            scripts.remember(*tgid, &name, &exe, prefix);
+                        }
+                    }
                     if !in_tree && argv.is_none() && execed_again(*tgid, file) {
                         // No command line in the event, and /proc already
                         // shows the next program's: its exec names it.
@@ -1000,6 +1016,7 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
         if !buf.is_empty() || !sessions.is_empty() {
             rt.set(false);
         }
+        pending.retain(|_, p| p.2.elapsed() < Duration::from_secs(1));
         // An execve that failed has no exec event: its replay stops.
         early.retain(|_, e| {
             let keep = e.at.elapsed() < Duration::from_secs(1);
@@ -1737,13 +1754,25 @@ fn start_early(
     cfg: &Config,
     cache: &Cache,
     running: usize,
+    scripts: &Scripts,
 ) -> Option<Early> {
     if running >= dcfg.max_concurrent_replays {
         return None;
     }
     let cwd = std::fs::read_link(format!("/proc/{tgid}/cwd")).ok()?;
     let exe = std::fs::canonicalize(cwd.join(filename)).ok()?;
-    let (argv, key) = launch_key(tgid, exe.to_str()?, argv)?;
+    // A script seen before: the kernel will run its interpreter with the
+    // command line it ran it with then.
+    let (exe, argv) = match scripts.get(&exe) {
+        Some((interpreter, prefix)) => {
+            let mut a = prefix.clone();
+            a.push(filename.to_string());
+            a.extend(argv.iter().skip(1).cloned());
+            (interpreter.clone(), a)
+        }
+        None => (exe.to_str()?.to_string(), argv.to_vec()),
+    };
+    let (argv, key) = launch_key(tgid, &exe, &argv)?;
     if !dcfg.permits(&key, false, learn) || (dcfg.skip_services && is_service(tgid)) {
         return None;
     }
@@ -2014,6 +2043,45 @@ fn evict_lru(store: &Store, cache: &Cache, max: u64) {
     }
 }
 
+/// If an execve of `filename` with `given` arguments became an exec of a
+/// program with the arguments `now`, as the kernel runs a script (`#!`):
+/// the interpreter and its option, before the script as given to execve,
+/// then the script's own arguments. Returns what comes before the script.
+fn script_prefix(filename: &str, given: &[String], now: &[String]) -> Option<Vec<String>> {
+    let rest = given.get(1..).unwrap_or_default();
+    let at = now.len().checked_sub(rest.len() + 1)?;
+    (at >= 1 && now[at] == filename && now[at + 1..] == *rest).then(|| now[..at].to_vec())
+}
+
+/// Scripts run directly, by their resolved path: the interpreter's resolved
+/// path and the arguments before the script. Learned at their exec events
+/// (the execve names the script, the exec its interpreter), so that their
+/// next execve can start the replay the interpreter's exec would.
+#[derive(Default)]
+struct Scripts(HashMap<PathBuf, (String, Vec<String>)>);
+
+impl Scripts {
+    /// Bounds the memory a machine running many scripts can take.
+    const MAX: usize = 1024;
+
+    fn remember(&mut self, tgid: u32, filename: &str, interpreter: &str, prefix: Vec<String>) {
+        let Ok(cwd) = std::fs::read_link(format!("/proc/{tgid}/cwd")) else {
+            return;
+        };
+        let Ok(script) = std::fs::canonicalize(cwd.join(filename)) else {
+            return;
+        };
+        if self.0.len() >= Self::MAX && !self.0.contains_key(&script) {
+            self.0.clear();
+        }
+        self.0.insert(script, (interpreter.to_string(), prefix));
+    }
+
+    fn get(&self, script: &Path) -> Option<&(String, Vec<String>)> {
+        self.0.get(script)
+    }
+}
+
 /// How many of the latest launches the status percentiles cover. They are
 /// recomputed (copied and sorted) on every pass of the event loop, so they
 /// must not grow with the daemon's uptime: 100,000 launches would cost
@@ -2069,6 +2137,37 @@ fn is_service(pid: u32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn scripts_are_told_from_their_exec() {
+        let v = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        // `./tool -v x` with `#!/usr/bin/python3 -u`.
+        assert_eq!(
+            script_prefix(
+                "./tool",
+                &v(&["tool", "-v", "x"]),
+                &v(&["/usr/bin/python3", "-u", "./tool", "-v", "x"])
+            ),
+            Some(v(&["/usr/bin/python3", "-u"]))
+        );
+        // Without arguments, and without an interpreter option.
+        assert_eq!(
+            script_prefix("/opt/t", &v(&["t"]), &v(&["/bin/sh", "/opt/t"])),
+            Some(v(&["/bin/sh"]))
+        );
+        // An ELF program: the exec's command line is the execve's.
+        assert_eq!(
+            script_prefix("/usr/bin/ls", &v(&["ls", "-l"]), &v(&["ls", "-l"])),
+            None
+        );
+        // Arguments that differ, a script name not where it belongs.
+        assert_eq!(
+            script_prefix("./t", &v(&["t", "a"]), &v(&["/bin/sh", "./t", "b"])),
+            None
+        );
+        assert_eq!(script_prefix("./t", &v(&["t"]), &v(&["./t"])), None);
+        assert_eq!(script_prefix("./t", &[], &[]), None);
+    }
 
     #[test]
     fn status_percentiles_cover_the_latest_launches() {

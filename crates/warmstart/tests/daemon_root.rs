@@ -596,6 +596,18 @@ fn root_daemon_learn_forget_restart_crash_and_exec_chains() {
         has_files_under(&plan, &fs.mnt.join("data")),
         "the script's plan has the fixture's files: {plan}"
     );
+    // Its next launch starts the replay at its execve, as a program's does:
+    // the daemon learned from its exec events that the kernel runs it with
+    // /bin/sh, whose profile it is.
+    let early = |d: &Daemon| d.status()["replays_at_execve"].as_u64().unwrap_or(0);
+    let before = early(&d);
+    fs.evict();
+    run_ok(Command::new(&child_sh).arg("run").arg(&fs.mnt));
+    child_count += 1;
+    wait_for("the script's launch", Duration::from_secs(15), || {
+        launches(&child_prof) == child_count
+    });
+    assert_eq!(early(&d), before + 1, "{}", d.status());
 
     // Forgetting goes through the daemon: a launch in progress does not
     // bring the profile back.
