@@ -895,6 +895,15 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
                         continue; // a program started inside a launch
                     }
                     let exe = file.path.absolute().unwrap_or_default();
+                    // A script that is no longer run as it was (replaced by
+                    // a program, a new interpreter): forgotten.
+                    if let Some((script, expected)) =
+                        early.get(tgid).and_then(|e| e.script.as_ref())
+                    {
+                        if argv.as_deref() != Some(expected.as_slice()) {
+                            scripts.forget(script);
+                        }
+                    }
                     // A script run directly: its next execve can start the
                     // interpreter's replay (see `start_early`).
                     if let (Some((name, given, _)), Some(now)) =
@@ -1729,6 +1738,9 @@ struct Early {
     name: String,
     mode: Mode,
     at: Instant,
+    /// Started for a script known from earlier launches: its resolved path
+    /// and the command line its exec was expected to have.
+    script: Option<(PathBuf, Vec<String>)>,
 }
 
 impl Early {
@@ -1763,14 +1775,14 @@ fn start_early(
     let exe = std::fs::canonicalize(cwd.join(filename)).ok()?;
     // A script seen before: the kernel will run its interpreter with the
     // command line it ran it with then.
-    let (exe, argv) = match scripts.get(&exe) {
+    let (exe, argv, script) = match scripts.get(&exe) {
         Some((interpreter, prefix)) => {
             let mut a = prefix.clone();
             a.push(filename.to_string());
             a.extend(argv.iter().skip(1).cloned());
-            (interpreter.clone(), a)
+            (interpreter.clone(), a.clone(), Some((exe, a)))
         }
-        None => (exe.to_str()?.to_string(), argv.to_vec()),
+        None => (exe.to_str()?.to_string(), argv.to_vec(), None),
     };
     let (argv, key) = launch_key(tgid, &exe, &argv)?;
     if !dcfg.permits(&key, false, learn) || (dcfg.skip_services && is_service(tgid)) {
@@ -1794,6 +1806,7 @@ fn start_early(
         name,
         mode,
         at: Instant::now(),
+        script,
     })
 }
 
@@ -2079,6 +2092,10 @@ impl Scripts {
 
     fn get(&self, script: &Path) -> Option<&(String, Vec<String>)> {
         self.0.get(script)
+    }
+
+    fn forget(&mut self, script: &Path) {
+        self.0.remove(script);
     }
 }
 
