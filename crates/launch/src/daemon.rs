@@ -516,10 +516,9 @@ impl Known {
 /// the next launch at the latest.
 #[derive(Default)]
 struct Cache {
+    /// Every profile of the store, loaded before the daemon serves (a name
+    /// without an entry has no profile).
     map: Mutex<HashMap<String, Known>>,
-    /// Every profile of the store was loaded at startup: a name without an
-    /// entry has no profile.
-    complete: AtomicBool,
     /// The backend every replay uses: it remembers devices' read-ahead
     /// sizes and a metadata device it may not open, so a launch's replay
     /// starts without asking sysfs and `/dev` again.
@@ -576,8 +575,6 @@ impl Cache {
 
 /// Work for the thread that checks the cache against the store.
 enum Check {
-    /// Load every profile of the store (at startup).
-    All,
     /// A launch of this profile was just decided from the cache; once its
     /// replay has issued a first request (or a little while has passed),
     /// compare the entry with the files.
@@ -589,32 +586,34 @@ enum Check {
 
 /// The checking thread: one job at a time, each with `profiles` held, so
 /// that it never overwrites what the daemon has just written.
+/// Loads every profile of the store and its plan into the cache (at
+/// startup, before the control socket exists).
+fn load_cache(shared: &Shared, store: &Store, log: &mut dyn Write) {
+    let t = Instant::now();
+    let names: Vec<String> = std::fs::read_dir(store.root().join("profiles"))
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| store::valid_name(n))
+                .collect()
+        })
+        .unwrap_or_default();
+    for n in &names {
+        let _held = shared.profiles.lock().unwrap_or_else(|e| e.into_inner());
+        refresh(shared, store, n, log);
+    }
+    let (profiles, plans) = shared.cache.counts();
+    let _ = writeln!(
+        log,
+        "warmstart daemon: {profiles} profiles and {plans} plans in memory ({:.0} ms)",
+        t.elapsed().as_secs_f64() * 1e3
+    );
+}
+
 fn check_cache(jobs: std::sync::mpsc::Receiver<Check>, shared: &Shared, store: &Store) {
     let mut log = std::io::stderr();
     for job in jobs {
         match job {
-            Check::All => {
-                let t = Instant::now();
-                let names: Vec<String> = std::fs::read_dir(store.root().join("profiles"))
-                    .map(|rd| {
-                        rd.flatten()
-                            .map(|e| e.file_name().to_string_lossy().into_owned())
-                            .filter(|n| store::valid_name(n))
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                for n in &names {
-                    let _held = shared.profiles.lock().unwrap_or_else(|e| e.into_inner());
-                    refresh(shared, store, n, &mut log);
-                }
-                shared.cache.complete.store(true, Ordering::Release);
-                let (profiles, plans) = shared.cache.counts();
-                let _ = writeln!(
-                    log,
-                    "warmstart daemon: {profiles} profiles and {plans} plans in memory ({:.0} ms)",
-                    t.elapsed().as_secs_f64() * 1e3
-                );
-            }
             Check::Profile {
                 name,
                 first_request_ns,
@@ -739,7 +738,6 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
     })
     .map_err(warmstart_record::Error::from)?;
     let me = std::process::id();
-    let listener = bind_root_only(&dcfg.socket)?;
     let mut status = DaemonStatus {
         pid: me,
         state_dir: store.root().to_path_buf(),
@@ -753,6 +751,16 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
         profiles: Mutex::new(HashMap::new()),
         cache: Cache::default(),
     });
+    // Ready before the control socket exists, since its appearing is what
+    // callers (the bench, scripts, tests) wait for: with the socket bound
+    // first, a launch right after it (caches dropped in between, as the
+    // bench does) raced the daemon reading its own code back for `mlock`
+    // and its profiles and plans from storage.
+    lock_own_code(log);
+    load_cache(&shared, &store, log);
+    (status.profiles_in_memory, status.plans_in_memory) = shared.cache.counts();
+    *shared.status.lock().unwrap_or_else(|e| e.into_inner()) = status.clone();
+    let listener = bind_root_only(&dcfg.socket)?;
     let (check, jobs) = std::sync::mpsc::channel();
     let checker = {
         let (shared, store) = (Arc::clone(&shared), store.clone());
@@ -761,7 +769,6 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
             .spawn(move || check_cache(jobs, &shared, &store))
             .map_err(|e| Error::io(&dcfg.state_dir, e))?
     };
-    let _ = check.send(Check::All);
     let control = {
         let (shared, store, d, cfg) = (
             Arc::clone(&shared),
@@ -798,7 +805,6 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
     let idle = Duration::from_secs_f64(dcfg.idle_s);
     let timeout = Duration::from_secs_f64(dcfg.timeout_s);
 
-    lock_own_code(log);
     let mut rt = Realtime::new(log);
     while !stop.load(Ordering::Relaxed) {
         // Wait for events as a real-time thread, so an exec is decided and
@@ -1575,18 +1581,13 @@ fn decide(
         return None;
     }
     let name = profile_name(&argv);
-    // From memory when the cache knows the profile (or knows there is
-    // none); from the store otherwise, leaving repairs to the checker.
+    // From memory: the cache holds every profile (a name it lacks has
+    // none), and repairs are left to the checker.
     let known = cache.get(&name);
-    let cached = known.is_some();
     let audit = known.as_ref().is_none_or(|k| k.audit_due(cfg.nchk));
     let (phase, plan) = match known {
         Some(k) => (k.phase, k.plan.map(|(p, _)| p)),
-        None if cache.complete.load(Ordering::Acquire) => (Phase::Learning, None),
-        None => match store.load(&name) {
-            Ok(Some(p)) => (p.phase, None),
-            _ => (Phase::Learning, None),
-        },
+        None => (Phase::Learning, None),
     };
     let plan = match (phase, plan) {
         (Phase::Prefetching, None) => match load_plan(store, &name) {
@@ -1594,10 +1595,7 @@ fn decide(
             // Reported and relearned by the checker, which reads it too.
             Err(_) => None,
         },
-        // A relearning profile's previous plan; the cache holds it, if any.
-        (Phase::Learning, None) if !cached && !cache.complete.load(Ordering::Acquire) => {
-            load_previous_plan(store, &name).map(Arc::new)
-        }
+        // A relearning profile's previous plan is in the cache, if any.
         (_, plan) => plan,
     };
     let relearn = phase == Phase::Learning;

@@ -691,6 +691,21 @@ fn root_daemon_learn_forget_restart_crash_and_exec_chains() {
             .is_some_and(|l| l.iter().any(|k| k == other.to_str().unwrap())),
         "{status}"
     );
+    // Ready when its socket appears: its plans are in memory by then, so
+    // a launch right after the start (the bench's) is decided from them.
+    assert!(
+        status["plans_in_memory"].as_u64().is_some_and(|n| n >= 2),
+        "{status}"
+    );
+    let log = std::fs::read_to_string(&d.log).unwrap();
+    let last = |what: &str| {
+        log.rfind(what)
+            .unwrap_or_else(|| panic!("{what:?} in {log}"))
+    };
+    assert!(
+        last("plans in memory") < last("control socket"),
+        "the socket was opened before the plans were loaded:\n{log}"
+    );
     assert_eq!(
         json(&child_prof.join("profile.json"))["phase"],
         "prefetching"
