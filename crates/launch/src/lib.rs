@@ -34,7 +34,7 @@ pub enum Error {
     BadName(String),
     #[error(transparent)]
     Record(#[from] warmstart_record::Error),
-    #[error("cannot start {cmd:?}: {source}")]
+    #[error("cannot start {cmd:?}")]
     Spawn {
         cmd: String,
         #[source]
@@ -47,6 +47,17 @@ impl Error {
         Error::Io {
             path: path.to_path_buf(),
             source,
+        }
+    }
+
+    /// For a command that could not be started, the status a shell
+    /// reports: 127 when it was not found, 126 when it was found but could
+    /// not be run. `None` for the other errors.
+    pub fn shell_code(&self) -> Option<i32> {
+        match self {
+            Error::Spawn { source, .. } => Some(warmstart_record::spawn::shell_code(source)),
+            Error::Record(e) => e.shell_code(),
+            _ => None,
         }
     }
 }

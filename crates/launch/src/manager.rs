@@ -227,7 +227,26 @@ pub fn run(
         Some(n) => n.to_string(),
         None => name_for(&canonical(program.as_deref(), &argv[0]), argv),
     };
-    let store = Store::open(&cfg.state_dir)?;
+    let store = match Store::open(&cfg.state_dir) {
+        Ok(s) => s,
+        // No state to keep: the launch still happens, unmanaged.
+        Err(e) => {
+            eprintln!("warmstart: {e}; launching without prefetching");
+            if cfg.exec_in_place {
+                let source = warmstart_record::exec_in_place(program.as_deref(), argv);
+                return Err(Error::Spawn {
+                    cmd: argv.join(" "),
+                    source,
+                });
+            }
+            let mut report = LaunchReport::new(&name, Phase::Ignored);
+            let exit = plain_launch(argv)?.0;
+            report.phase_after = Phase::Ignored;
+            report.exit_code = exit.shell_code();
+            report.wall_ms = start.elapsed().as_secs_f64() * 1e3;
+            return Ok((exit, report));
+        }
+    };
     let mut prof = match store.load(&name) {
         Ok(Some(p)) => p,
         Ok(None) => Profile::new(&name, argv),
@@ -301,7 +320,11 @@ pub fn run(
     report.phase_after = prof.phase;
     report.exit_code = exit.shell_code();
     report.wall_ms = start.elapsed().as_secs_f64() * 1e3;
-    store.save(&mut prof)?;
+    // The launch has happened: a profile that cannot be saved (a full or
+    // read-only disk) is reported, and the command's status still returned.
+    if let Err(e) = store.save(&mut prof) {
+        eprintln!("warmstart: could not save the profile: {e}");
+    }
     Ok((exit, report))
 }
 

@@ -30,7 +30,7 @@ pub enum Error {
     Bpf(#[from] warmstart_bpf::Error),
     #[error("tracefs backend unavailable: {0}")]
     Tracefs(String),
-    #[error("cannot start {cmd:?}: {source}")]
+    #[error("cannot start {cmd:?}")]
     Spawn {
         cmd: String,
         #[source]
@@ -38,6 +38,18 @@ pub enum Error {
     },
     #[error("{0}")]
     Io(#[from] std::io::Error),
+}
+
+impl Error {
+    /// For a command that could not be started, the status a shell
+    /// reports: 127 when it was not found, 126 when it was found but could
+    /// not be run. `None` for the other errors.
+    pub fn shell_code(&self) -> Option<i32> {
+        match self {
+            Error::Spawn { source, .. } => Some(spawn::shell_code(source)),
+            _ => None,
+        }
+    }
 }
 
 /// How to record.

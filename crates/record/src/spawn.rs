@@ -12,6 +12,19 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::{fork, pipe2, ForkResult, Pid};
+use signal_hook::iterator::exfiltrator::WithOrigin;
+use signal_hook::iterator::SignalsInfo;
+use signal_hook::low_level::siginfo::{Cause, Origin};
+
+/// The status a shell reports for a command it could not start: 127 when
+/// it was not found, 126 when it was found but could not be run.
+pub fn shell_code(exec_error: &io::Error) -> i32 {
+    if exec_error.kind() == io::ErrorKind::NotFound {
+        127
+    } else {
+        126
+    }
+}
 
 /// How the launched command ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,28 +43,59 @@ impl Exit {
     }
 }
 
+/// The signals whose disposition the wrapper takes over while the command
+/// runs. One the caller left ignored (`nohup`, `trap '' INT` in a script)
+/// stays ignored, in the command and in the wrapper, as it would have
+/// been had the command been run directly.
+const TAKEN_OVER: [i32; 4] = [libc::SIGINT, libc::SIGQUIT, libc::SIGTERM, libc::SIGHUP];
+
+/// Which of [`TAKEN_OVER`] this process inherited ignored, as a mask of
+/// `1 << signal`. Read once, by the first caller: the wrapper calls it
+/// before it installs handlers of its own.
+pub fn inherited_ignored() -> u64 {
+    static MASK: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *MASK.get_or_init(|| {
+        let mut mask = 0;
+        for sig in TAKEN_OVER {
+            // SAFETY: sigaction with a null new action only reads the
+            // current one into `old`.
+            let ignored = unsafe {
+                let mut old: libc::sigaction = std::mem::zeroed();
+                libc::sigaction(sig, std::ptr::null(), &mut old) == 0
+                    && old.sa_sigaction == libc::SIG_IGN
+            };
+            if ignored {
+                mask |= 1 << sig;
+            }
+        }
+        mask
+    })
+}
+
 /// Gives the command the signal state a shell would: an empty mask, and
-/// the default action for the signals the wrapper handles or ignores.
-/// SIGPIPE matters most: Rust's runtime ignores it before `main`, an ignored
-/// disposition survives exec, and `warmstart run -- yes | head -1` then
-/// printed "Broken pipe" and exited 1 instead of dying quietly (141).
+/// the default action for the signals the wrapper handles or ignores,
+/// except those the caller had ignored (`ignored`, from
+/// [`inherited_ignored`]). SIGPIPE matters most: Rust's runtime ignores it
+/// before `main`, an ignored disposition survives exec, and `warmstart run
+/// -- yes | head -1` then printed "Broken pipe" and exited 1 instead of
+/// dying quietly (141); what the caller had for it cannot be known.
 /// Only async-signal-safe calls: it runs between fork and exec.
-pub fn reset_signals_for_exec() {
+pub fn reset_signals_for_exec(ignored: u64) {
     // SAFETY: sigemptyset/sigprocmask/signal on a local set; all are
     // async-signal-safe.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
         libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
-        for sig in [
-            libc::SIGINT,
-            libc::SIGQUIT,
-            libc::SIGTERM,
-            libc::SIGHUP,
-            libc::SIGPIPE,
-        ] {
-            libc::signal(sig, libc::SIG_DFL);
+        for sig in TAKEN_OVER {
+            let action = if ignored & (1 << sig) != 0 {
+                libc::SIG_IGN
+            } else {
+                libc::SIG_DFL
+            };
+            libc::signal(sig, action);
         }
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }
 
@@ -75,14 +119,30 @@ pub fn exec_in_place(program: Option<&std::path::Path>, argv: &[String]) -> io::
         return nul_error();
     };
     let ptrs = c_pointers(&cargs);
-    reset_signals_for_exec();
-    // SAFETY: `ptrs` is a NULL-terminated array of pointers into `cargs`,
-    // and `path` a C string; both outlive the call, which returns only on
-    // failure.
+    // A file without a `#!` line is a shell script to `execvp` and to a
+    // shell: run it with /bin/sh, the file as its script.
+    let sh: Vec<CString> = [c"/bin/sh".to_owned()]
+        .into_iter()
+        .chain(path.iter().cloned())
+        .chain(cargs.iter().skip(1).cloned())
+        .collect();
+    let sh_ptrs = c_pointers(&sh);
+    reset_signals_for_exec(inherited_ignored());
+    // SAFETY: `ptrs` and `sh_ptrs` are NULL-terminated arrays of pointers
+    // into `cargs` and `sh`, and `path` a C string; all outlive the calls,
+    // which return only on failure.
     unsafe {
         match &path {
-            Some(p) => libc::execv(p.as_ptr(), ptrs.as_ptr()),
-            None => libc::execvp(ptrs[0], ptrs.as_ptr()),
+            Some(p) => {
+                libc::execv(p.as_ptr(), ptrs.as_ptr());
+                if *libc::__errno_location() == libc::ENOEXEC {
+                    libc::execv(sh[0].as_ptr(), sh_ptrs.as_ptr());
+                    *libc::__errno_location() = libc::ENOEXEC;
+                }
+            }
+            None => {
+                libc::execvp(ptrs[0], ptrs.as_ptr());
+            }
         }
     };
     io::Error::last_os_error()
@@ -128,6 +188,7 @@ impl HeldChild {
         // a threaded process only async-signal-safe calls are allowed.
         let cargs = c_argv(argv)?;
         let ptrs = c_pointers(&cargs);
+        let ignored = inherited_ignored();
         let (go_r, go_w) = pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
         let (err_r, err_w) = pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
 
@@ -142,7 +203,7 @@ impl HeldChild {
                     if n != 1 || b[0] != b'g' {
                         libc::_exit(127);
                     }
-                    reset_signals_for_exec();
+                    reset_signals_for_exec(ignored);
                     libc::execvp(ptrs[0], ptrs.as_ptr());
                     let errno = *libc::__errno_location();
                     let bytes = errno.to_ne_bytes();
@@ -214,9 +275,13 @@ impl Running {
             return Ok(self.exit);
         }
         loop {
-            match waitpid(self.pid, Some(WaitPidFlag::WNOHANG)) {
+            match waitpid(
+                self.pid,
+                Some(WaitPidFlag::WNOHANG | WaitPidFlag::WUNTRACED),
+            ) {
                 Ok(WaitStatus::Exited(_, code)) => self.exit = Some(Exit::Code(code)),
                 Ok(WaitStatus::Signaled(_, sig, _)) => self.exit = Some(Exit::Signal(sig as i32)),
+                Ok(WaitStatus::Stopped(..)) => stop_like_child(),
                 Ok(_) => {}
                 Err(nix::errno::Errno::EINTR) => continue,
                 Err(e) => return Err(e.into()),
@@ -231,9 +296,10 @@ impl Running {
             if let Some(e) = self.exit {
                 return Ok(e);
             }
-            match waitpid(self.pid, None) {
+            match waitpid(self.pid, Some(WaitPidFlag::WUNTRACED)) {
                 Ok(WaitStatus::Exited(_, code)) => self.exit = Some(Exit::Code(code)),
                 Ok(WaitStatus::Signaled(_, sig, _)) => self.exit = Some(Exit::Signal(sig as i32)),
+                Ok(WaitStatus::Stopped(..)) => stop_like_child(),
                 Ok(_) | Err(nix::errno::Errno::EINTR) => {}
                 Err(e) => return Err(e.into()),
             }
@@ -248,63 +314,75 @@ impl Running {
     }
 }
 
-/// Signals the wrapper watches while the command runs. Terminal-generated
-/// SIGINT/SIGQUIT already reach the whole foreground process group, so the
-/// wrapper only survives them; sent to the wrapper alone (no terminal), they
-/// are forwarded like SIGTERM and SIGHUP.
-pub struct SignalForwarder {
-    signals: signal_hook::iterator::Signals,
-    has_tty_group: bool,
+/// The command stopped (it stopped itself, or was sent SIGTSTP, SIGTTIN
+/// or SIGTTOU alone): the wrapper stops too, so the shell sees its job
+/// stopped and gives the terminal back. `fg` or `bg` continues the whole
+/// process group, the command with it.
+fn stop_like_child() {
+    // SAFETY: kill on our own pid has no memory-safety preconditions.
+    unsafe { libc::kill(libc::getpid(), libc::SIGSTOP) };
 }
+
+/// Signals the wrapper watches while the command runs. The command shares
+/// the wrapper's process group, so what the terminal or the kernel sends
+/// to the group (Ctrl-C, Ctrl-\\, a window resize, a hang-up) reaches it
+/// already, and the wrapper only survives it; what a process sends to the
+/// wrapper alone (`kill PID`, `timeout`) is forwarded. The kernel marks
+/// the first kind (`SI_KERNEL`): that, not whether standard input is the
+/// terminal, tells them apart. Signals the caller left ignored are not
+/// watched, so the wrapper keeps ignoring them (`nohup`).
+pub struct SignalForwarder {
+    signals: SignalsInfo<WithOrigin>,
+}
+
+/// The signals forwarded, and whether each asks the wrapper to stop.
+const FORWARDED: [(i32, bool); 9] = [
+    (libc::SIGINT, true),
+    (libc::SIGQUIT, true),
+    (libc::SIGTERM, true),
+    (libc::SIGHUP, true),
+    (libc::SIGUSR1, false),
+    (libc::SIGUSR2, false),
+    (libc::SIGALRM, false),
+    (libc::SIGWINCH, false),
+    (libc::SIGCONT, false),
+];
 
 impl SignalForwarder {
     pub fn install() -> io::Result<SignalForwarder> {
-        let signals = signal_hook::iterator::Signals::new([
-            libc::SIGINT,
-            libc::SIGQUIT,
-            libc::SIGTERM,
-            libc::SIGHUP,
-            libc::SIGUSR1,
-            libc::SIGUSR2,
-        ])?;
-        // SAFETY: getpgrp and tcgetpgrp have no memory-safety preconditions.
-        let has_tty_group = unsafe { libc::tcgetpgrp(0) == libc::getpgrp() };
-        Ok(SignalForwarder {
-            signals,
-            has_tty_group,
-        })
+        let ignored = inherited_ignored();
+        let signals = SignalsInfo::<WithOrigin>::new(
+            FORWARDED
+                .iter()
+                .map(|&(sig, _)| sig)
+                .filter(|&sig| ignored & (1 << sig) == 0),
+        )?;
+        Ok(SignalForwarder { signals })
     }
 
     /// Forwards what arrived since the last call; returns whether the user
     /// asked to stop (any terminating signal).
     pub fn forward(&mut self, child: &Running) -> bool {
         let mut stop = false;
-        for sig in self.signals.pending() {
-            stop |= matches!(
-                sig,
-                libc::SIGINT | libc::SIGQUIT | libc::SIGTERM | libc::SIGHUP
-            );
-            let from_tty = matches!(sig, libc::SIGINT | libc::SIGQUIT) && self.has_tty_group;
-            if !from_tty {
-                child.signal(sig);
+        for origin in self.signals.pending() {
+            stop |= FORWARDED.contains(&(origin.signal, true));
+            if forwarded(&origin) {
+                child.signal(origin.signal);
             }
         }
         stop
     }
-}
 
-impl SignalForwarder {
     /// Forwards on a thread of its own, so the caller can block in
     /// [`Running::wait`] and notice the exit at once. Stops when the guard
     /// is dropped.
     pub fn forward_in_background(mut self, pid: u32) -> ForwardGuard {
         let handle = self.signals.handle();
         let thread = std::thread::spawn(move || {
-            for sig in self.signals.forever() {
-                let from_tty = matches!(sig, libc::SIGINT | libc::SIGQUIT) && self.has_tty_group;
-                if !from_tty {
+            for origin in self.signals.forever() {
+                if forwarded(&origin) {
                     // SAFETY: kill has no memory-safety preconditions.
-                    unsafe { libc::kill(pid as i32, sig) };
+                    unsafe { libc::kill(pid as i32, origin.signal) };
                 }
             }
         });
@@ -313,6 +391,12 @@ impl SignalForwarder {
             thread: Some(thread),
         }
     }
+}
+
+/// Sent by a process (to the wrapper alone, presumably), not by the kernel
+/// to the whole process group.
+fn forwarded(origin: &Origin) -> bool {
+    !matches!(origin.cause, Cause::Kernel)
 }
 
 /// Stops background signal forwarding when dropped.

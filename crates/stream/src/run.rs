@@ -130,7 +130,7 @@ pub enum Error {
     Record(#[from] warmstart_record::Error),
     #[error(transparent)]
     Bpf(#[from] warmstart_bpf::Error),
-    #[error("cannot start {cmd:?}: {source}")]
+    #[error("cannot start {cmd:?}")]
     Spawn {
         cmd: String,
         #[source]
@@ -140,6 +140,19 @@ pub enum Error {
     NoProcess { pid: u32 },
     #[error("cannot install a signal handler: {0}")]
     Signal(std::io::Error),
+}
+
+impl Error {
+    /// For a command that could not be started, the status a shell
+    /// reports: 127 when it was not found, 126 when it was found but could
+    /// not be run. `None` for the other errors.
+    pub fn shell_code(&self) -> Option<i32> {
+        match self {
+            Error::Spawn { source, .. } => Some(warmstart_record::spawn::shell_code(source)),
+            Error::Record(e) => e.shell_code(),
+            _ => None,
+        }
+    }
 }
 
 /// Runs `argv` with adaptive prefetching; returns its exit and the report.

@@ -287,6 +287,9 @@ fn root_run_wrapper_is_transparent() {
         return;
     }
     let state = tempfile::tempdir().unwrap();
+    let script = state.path().join("no-shebang");
+    std::fs::write(&script, "echo ran \"$@\"\n").unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     // Every phase: learning (recorded), then prefetching (replayed).
     for round in 0..4 {
         let w = |args: &[&str]| {
@@ -324,7 +327,85 @@ fn root_run_wrapper_is_transparent() {
             .env("WS_TEST_VAR", "hello")
             .current_dir("/usr"));
         assert_eq!(String::from_utf8_lossy(&out.stdout), "hello\n/usr\n");
+        // Signals the caller ignored stay ignored (`nohup`).
+        let mut cmd = Command::new(warmstart());
+        cmd.args(["-q", "run", "--state-dir"])
+            .arg(state.path())
+            .args([
+                "--profile",
+                "nohup",
+                "--",
+                "grep",
+                "SigIgn",
+                "/proc/self/status",
+            ]);
+        // SAFETY: only signal(2) between fork and exec.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            cmd.pre_exec(|| {
+                libc::signal(libc::SIGHUP, libc::SIG_IGN);
+                Ok(())
+            });
+        }
+        let out = run(&mut cmd);
+        let line = String::from_utf8_lossy(&out.stdout).to_string();
+        let mask = u64::from_str_radix(line.split_whitespace().nth(1).unwrap_or("0"), 16).unwrap();
+        assert_eq!(
+            mask & (1 << (libc::SIGHUP - 1)),
+            1 << (libc::SIGHUP - 1),
+            "round {round}: {line}"
+        );
+        assert_eq!(mask & (1 << (libc::SIGINT - 1)), 0, "round {round}: {line}");
+        // A script without `#!` runs with /bin/sh, as from a shell, in
+        // place (warm rounds) too.
+        let out = w(&[
+            "--profile",
+            "noshebang",
+            "--",
+            script.to_str().unwrap(),
+            "arg",
+        ]);
+        assert_eq!(out.status.code(), Some(0), "round {round}: {out:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "ran arg\n",
+            "round {round}"
+        );
     }
+    // A command that stops itself stops the wrapper too, so a shell gets
+    // its terminal back; SIGCONT to the wrapper alone resumes both.
+    let mut child = Command::new(warmstart())
+        .args(["-q", "run", "--state-dir"])
+        .arg(state.path())
+        .args([
+            "--profile",
+            "stop",
+            "--",
+            "sh",
+            "-c",
+            "kill -STOP $$; exit 3",
+        ])
+        .spawn()
+        .unwrap();
+    let state_of = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| {
+                s.rsplit_once(") ")
+                    .map(|(_, r)| r.chars().next().unwrap_or('?'))
+            })
+    };
+    let t0 = std::time::Instant::now();
+    while state_of(child.id()) != Some('T') {
+        assert!(
+            t0.elapsed().as_secs() < 20,
+            "the wrapper did not stop with its command"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // SAFETY: sending a signal to our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGCONT) };
+    assert_eq!(child.wait().unwrap().code(), Some(3), "resumed and ended");
     // SIGTERM to the wrapper reaches the command.
     let mut child = Command::new(warmstart())
         .args(["-q", "run", "--state-dir"])
@@ -342,11 +423,29 @@ fn root_run_wrapper_is_transparent() {
         Some(15),
         "the command died of the forwarded SIGTERM"
     );
-    // A missing command is a clear error.
+    // A missing command is a clear error, with the status a shell gives:
+    // 127 not found, 126 found but not runnable.
     let out = run(Command::new(warmstart())
         .args(["run", "--state-dir"])
         .arg(state.path())
         .args(["--", "/nonexistent/cmd"]));
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot start"));
+    assert_eq!(out.status.code(), Some(127));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot start"), "{err}");
+    assert_eq!(err.matches("No such file").count(), 1, "said once: {err}");
+    let out = run(Command::new(warmstart())
+        .args(["run", "--state-dir"])
+        .arg(state.path())
+        .args(["--", "/usr"]));
+    assert_eq!(out.status.code(), Some(126));
+    // A state directory that cannot be used still launches the command.
+    let file = state.path().join("a-file");
+    std::fs::write(&file, "").unwrap();
+    let out = run(Command::new(warmstart())
+        .args(["run", "--state-dir"])
+        .arg(file.join("state"))
+        .args(["--", "sh", "-c", "echo launched; exit 5"]));
+    assert_eq!(out.status.code(), Some(5));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "launched\n");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("launching without prefetching"));
 }

@@ -59,7 +59,17 @@ pub fn run(args: RecordArgs, quiet: bool) -> Result<i32> {
             dir.display()
         );
     }
-    let recorded = warmstart_record::record(&args.command, &opts, |_| {})?;
+    let recorded = match warmstart_record::record(&args.command, &opts, |_| {}) {
+        Ok(r) => r,
+        // Not found: 127, not runnable: 126, as a shell reports them.
+        Err(e) => match e.shell_code() {
+            Some(code) => {
+                eprintln!("warmstart: {:#}", anyhow::Error::from(e));
+                return Ok(code);
+            }
+            None => return Err(e.into()),
+        },
+    };
     for why in &recorded.fallbacks {
         eprintln!("warmstart: fell back from {why}");
     }

@@ -24,7 +24,17 @@ pub fn run(args: StreamArgs, quiet: bool) -> Result<i32> {
             (None, report)
         }
         (None, false) => {
-            let (exit, report) = warmstart_stream::run(&args.command, &opts)?;
+            let (exit, report) = match warmstart_stream::run(&args.command, &opts) {
+                Ok(r) => r,
+                // Not found: 127, not runnable: 126, as a shell reports them.
+                Err(e) => match e.shell_code() {
+                    Some(code) => {
+                        eprintln!("warmstart: {:#}", anyhow::Error::from(e));
+                        return Ok(code);
+                    }
+                    None => return Err(e.into()),
+                },
+            };
             (Some(exit), report)
         }
         _ => anyhow::bail!("give exactly one of --pid PID or -- CMD…"),
