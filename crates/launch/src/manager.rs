@@ -6,10 +6,11 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
+use std::ffi::OsString;
 use warmstart_plan::compile::{compile, CompileOptions, Compiled};
 use warmstart_plan::trace::NEVER_USED;
 use warmstart_plan::{Plan, Trace};
-use warmstart_record::{Exit, HeldChild, SignalForwarder};
+use warmstart_record::{argv_text, Exit, HeldChild, SignalForwarder};
 use warmstart_replay::{Engine, RealBackend, Report};
 
 use crate::device::{self, DeviceCache};
@@ -216,16 +217,19 @@ pub fn compile_traces(
 
 /// Runs `argv` through the launch manager and returns how it ended.
 pub fn run(
-    argv: &[String],
+    argv: &[OsString],
     profile: Option<&str>,
     cfg: &Config,
 ) -> Result<(Exit, LaunchReport), Error> {
     let start = Instant::now();
-    let program = find_program(&argv[0]);
+    // The command line as text, for its profile and messages; the command
+    // itself runs with its arguments' bytes as given.
+    let text = argv_text(argv);
+    let program = find_program(&text[0]);
     let name = match profile {
         Some(n) if !valid_name(n) => return Err(Error::BadName(n.to_string())),
         Some(n) => n.to_string(),
-        None => name_for(&canonical(program.as_deref(), &argv[0]), argv),
+        None => name_for(&canonical(program.as_deref(), &text[0]), &text),
     };
     let store = match Store::open(&cfg.state_dir) {
         Ok(s) => s,
@@ -235,7 +239,7 @@ pub fn run(
             if cfg.exec_in_place {
                 let source = warmstart_record::exec_in_place(program.as_deref(), argv);
                 return Err(Error::Spawn {
-                    cmd: argv.join(" "),
+                    cmd: text.join(" "),
                     source,
                 });
             }
@@ -249,12 +253,12 @@ pub fn run(
     };
     let mut prof = match store.load(&name) {
         Ok(Some(p)) => p,
-        Ok(None) => Profile::new(&name, argv),
+        Ok(None) => Profile::new(&name, &text),
         // A corrupt profile must not stop the launch: start it over.
         Err(e) => {
             eprintln!("warmstart: {e}; starting the profile over");
             let _ = store.forget(&name);
-            Profile::new(&name, argv)
+            Profile::new(&name, &text)
         }
     };
     let mut report = LaunchReport::new(&name, prof.phase);
@@ -265,7 +269,7 @@ pub fn run(
         let _ = store.count_launch_in_place(&name);
         let source = warmstart_record::exec_in_place(program.as_deref(), argv);
         Error::Spawn {
-            cmd: argv.join(" "),
+            cmd: text.join(" "),
             source,
         }
     };
@@ -474,7 +478,7 @@ fn compile_profile(
 }
 
 fn learn(
-    argv: &[String],
+    argv: &[OsString],
     store: &Store,
     prof: &mut Profile,
     cfg: &Config,
@@ -533,7 +537,7 @@ enum Launch {
 }
 
 fn prefetch(
-    argv: &[String],
+    argv: &[OsString],
     plan: &Plan,
     launch: Launch,
     store: &Store,
@@ -764,15 +768,15 @@ fn predates_used_only(plan: &Plan, cfg: &Config) -> bool {
 /// Launches without recording. Returns the exit and the bytes the
 /// command's process tree read from storage (block input of waited-for
 /// children: the replay's own reads are this process's, not theirs).
-pub(crate) fn plain_launch(argv: &[String]) -> Result<(Exit, u64), Error> {
+pub(crate) fn plain_launch(argv: &[OsString]) -> Result<(Exit, u64), Error> {
     let before = children_inblock();
     let held = HeldChild::spawn(argv).map_err(|source| Error::Spawn {
-        cmd: argv.join(" "),
+        cmd: argv_text(argv).join(" "),
         source,
     })?;
     let signals = SignalForwarder::install().map_err(|e| Error::io(Path::new("signals"), e))?;
     let mut running = held.release().map_err(|source| Error::Spawn {
-        cmd: argv.join(" "),
+        cmd: argv_text(argv).join(" "),
         source,
     })?;
     let guard = signals.forward_in_background(running.pid());

@@ -19,7 +19,7 @@ use warmstart_plan::trace::{
 };
 
 pub use source::BackendChoice;
-pub use spawn::{exec_in_place, exit_like, Exit, HeldChild, Running, SignalForwarder};
+pub use spawn::{argv_text, exec_in_place, exit_like, Exit, HeldChild, Running, SignalForwarder};
 
 use resolve::{Class, Classifier, Resolver};
 
@@ -106,8 +106,8 @@ impl Recorded {
 /// Records one launch of `argv`. `on_ready` runs after the source tracks
 /// the held child and before it is released to exec (`run` starts the
 /// replay there, so the prefetcher is ahead of the application).
-pub fn record(
-    argv: &[String],
+pub fn record<S: AsRef<std::ffi::OsStr>>(
+    argv: &[S],
     opts: &Options,
     on_ready: impl FnOnce(u32),
 ) -> Result<Recorded, Error> {
@@ -115,8 +115,9 @@ pub fn record(
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0);
+    let text = spawn::argv_text(argv);
     let held = HeldChild::spawn(argv).map_err(|source| Error::Spawn {
-        cmd: argv.join(" "),
+        cmd: text.join(" "),
         source,
     })?;
     let (mut src, fallbacks) = source::open(opts.backend, warmstart_bpf::Options::default())?;
@@ -124,7 +125,7 @@ pub fn record(
     on_ready(held.pid());
     let signals = SignalForwarder::install()?;
     let mut running = held.release().map_err(|source| Error::Spawn {
-        cmd: argv.join(" "),
+        cmd: text.join(" "),
         source,
     })?;
     let mut signals = signals;
@@ -175,7 +176,7 @@ pub fn record(
         ..Default::default()
     };
     let meta = TraceMeta {
-        command: argv.to_vec(),
+        command: text,
         cwd: std::env::current_dir()
             .map(|p| p.display().to_string())
             .unwrap_or_default(),

@@ -5,9 +5,10 @@
 //! directory; signals sent to the wrapper alone are forwarded; the exit
 //! status is reported exactly.
 
-use std::ffi::CString;
+use std::ffi::{CString, OsStr};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 
 use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
@@ -15,6 +16,14 @@ use nix::unistd::{fork, pipe2, ForkResult, Pid};
 use signal_hook::iterator::exfiltrator::WithOrigin;
 use signal_hook::iterator::SignalsInfo;
 use signal_hook::low_level::siginfo::{Cause, Origin};
+
+/// A command line as text, for messages and profiles: bytes that are not
+/// UTF-8 (arguments may be any bytes) shown as U+FFFD.
+pub fn argv_text<S: AsRef<OsStr>>(argv: &[S]) -> Vec<String> {
+    argv.iter()
+        .map(|a| a.as_ref().to_string_lossy().into_owned())
+        .collect()
+}
 
 /// The status a shell reports for a command it could not start: 127 when
 /// it was not found, 126 when it was found but could not be run.
@@ -106,8 +115,7 @@ pub fn reset_signals_for_exec(ignored: u64) {
 /// caller has already searched PATH for `argv[0]` (a failed `execve` per
 /// PATH entry before the right one costs tens of microseconds each);
 /// otherwise `execvp` searches. Returns only if the exec failed.
-pub fn exec_in_place(program: Option<&std::path::Path>, argv: &[String]) -> io::Error {
-    use std::os::unix::ffi::OsStrExt;
+pub fn exec_in_place<S: AsRef<OsStr>>(program: Option<&std::path::Path>, argv: &[S]) -> io::Error {
     let cargs = match c_argv(argv) {
         Ok(c) => c,
         Err(e) => return e,
@@ -149,7 +157,7 @@ pub fn exec_in_place(program: Option<&std::path::Path>, argv: &[String]) -> io::
 }
 
 /// `argv` as C strings for exec; it must not be empty.
-fn c_argv(argv: &[String]) -> io::Result<Vec<CString>> {
+fn c_argv<S: AsRef<OsStr>>(argv: &[S]) -> io::Result<Vec<CString>> {
     if argv.is_empty() {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -157,7 +165,7 @@ fn c_argv(argv: &[String]) -> io::Result<Vec<CString>> {
         ));
     }
     argv.iter()
-        .map(|a| CString::new(a.as_bytes()))
+        .map(|a| CString::new(a.as_ref().as_bytes()))
         .collect::<Result<_, _>>()
         .map_err(|_| nul_error())
 }
@@ -183,7 +191,7 @@ pub struct HeldChild {
 
 impl HeldChild {
     /// Forks a child that will exec `argv` (searched in PATH) once released.
-    pub fn spawn(argv: &[String]) -> io::Result<HeldChild> {
+    pub fn spawn<S: AsRef<OsStr>>(argv: &[S]) -> io::Result<HeldChild> {
         // Everything the child needs is prepared before fork: after fork in
         // a threaded process only async-signal-safe calls are allowed.
         let cargs = c_argv(argv)?;

@@ -163,12 +163,12 @@ impl Error {
 /// tree as `--pid` does; what the command read before that is not seen,
 /// nor counted in the report. Should the recorder fail to load after all,
 /// the command runs to its end unprefetched and the reason is printed.
-pub fn run(argv: &[String], opts: &Options) -> Result<(Exit, Report), Error> {
+pub fn run<S: AsRef<std::ffi::OsStr>>(argv: &[S], opts: &Options) -> Result<(Exit, Report), Error> {
     if !warmstart_bpf::probe::privileged() {
         return Err(warmstart_bpf::Error::Permission.into());
     }
     let spawn_err = |source| Error::Spawn {
-        cmd: argv.join(" "),
+        cmd: warmstart_record::argv_text(argv).join(" "),
         source,
     };
     let held = HeldChild::spawn(argv).map_err(spawn_err)?;

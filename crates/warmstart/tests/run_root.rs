@@ -356,6 +356,14 @@ fn root_run_wrapper_is_transparent() {
             "round {round}: {line}"
         );
         assert_eq!(mask & (1 << (libc::SIGINT - 1)), 0, "round {round}: {line}");
+        // Arguments are bytes, not necessarily UTF-8.
+        let out = run(Command::new(warmstart())
+            .args(["-q", "run", "--state-dir"])
+            .arg(state.path())
+            .args(["--profile", "bytes", "--", "printf", "%s"])
+            .arg(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(b"a\xff\xfeb")));
+        assert_eq!(out.status.code(), Some(0), "round {round}: {out:?}");
+        assert_eq!(out.stdout, b"a\xff\xfeb", "round {round}");
         // A script without `#!` runs with /bin/sh, as from a shell, in
         // place (warm rounds) too.
         let out = w(&[
