@@ -344,7 +344,7 @@ pub struct SignalForwarder {
 }
 
 /// The signals forwarded, and whether each asks the wrapper to stop.
-const FORWARDED: [(i32, bool); 9] = [
+const FORWARDED: [(i32, bool); 10] = [
     (libc::SIGINT, true),
     (libc::SIGQUIT, true),
     (libc::SIGTERM, true),
@@ -354,6 +354,9 @@ const FORWARDED: [(i32, bool); 9] = [
     (libc::SIGALRM, false),
     (libc::SIGWINCH, false),
     (libc::SIGCONT, false),
+    // Forwarded, the command stops, and the wrapper with it (see
+    // `stop_like_child`); Ctrl-Z stops both the same way.
+    (libc::SIGTSTP, false),
 ];
 
 impl SignalForwarder {

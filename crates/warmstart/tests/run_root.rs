@@ -414,6 +414,27 @@ fn root_run_wrapper_is_transparent() {
     // SAFETY: sending a signal to our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGCONT) };
     assert_eq!(child.wait().unwrap().code(), Some(3), "resumed and ended");
+    // SIGTSTP to the wrapper alone stops the command, and so the wrapper.
+    let mut child = Command::new(warmstart())
+        .args(["-q", "run", "--state-dir"])
+        .arg(state.path())
+        .args(["--profile", "tstp", "--", "sh", "-c", "sleep 1; exit 4"])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // SAFETY: sending a signal to our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTSTP) };
+    let t0 = std::time::Instant::now();
+    while state_of(child.id()) != Some('T') {
+        assert!(
+            t0.elapsed().as_secs() < 20,
+            "SIGTSTP did not stop the launch"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // SAFETY: as above.
+    unsafe { libc::kill(child.id() as i32, libc::SIGCONT) };
+    assert_eq!(child.wait().unwrap().code(), Some(4), "resumed and ended");
     // SIGTERM to the wrapper reaches the command.
     let mut child = Command::new(warmstart())
         .args(["-q", "run", "--state-dir"])
