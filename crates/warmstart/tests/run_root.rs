@@ -4,6 +4,7 @@
 
 mod util;
 
+use std::os::unix::process::CommandExt as _;
 use std::path::Path;
 use std::process::Command;
 
@@ -341,7 +342,6 @@ fn root_run_wrapper_is_transparent() {
             ]);
         // SAFETY: only signal(2) between fork and exec.
         unsafe {
-            use std::os::unix::process::CommandExt;
             cmd.pre_exec(|| {
                 libc::signal(libc::SIGHUP, libc::SIG_IGN);
                 Ok(())
@@ -415,10 +415,14 @@ fn root_run_wrapper_is_transparent() {
     unsafe { libc::kill(child.id() as i32, libc::SIGCONT) };
     assert_eq!(child.wait().unwrap().code(), Some(3), "resumed and ended");
     // SIGTSTP to the wrapper alone stops the command, and so the wrapper.
+    // In a process group of its own whose parent (this test) is outside
+    // it: the kernel discards SIGTSTP in an orphaned group, which the
+    // test's own group may be under `make`.
     let mut child = Command::new(warmstart())
         .args(["-q", "run", "--state-dir"])
         .arg(state.path())
         .args(["--profile", "tstp", "--", "sh", "-c", "sleep 1; exit 4"])
+        .process_group(0)
         .spawn()
         .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(300));
