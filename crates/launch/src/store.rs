@@ -246,18 +246,51 @@ pub fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// Writes via a temporary file in the same directory, then renames.
+/// Writes via a temporary file in the same directory, then renames. The
+/// temporary file gets a random name and is created exclusively (never
+/// through a symlink someone planted), and is removed if anything fails.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let tmp = dir.join(format!(
-        ".{}.tmp{}",
+    use std::io::Write;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let prefix = format!(
+        ".{}.",
         path.file_name()
             .map(|n| n.to_string_lossy())
-            .unwrap_or_default(),
-        std::process::id()
-    ));
-    std::fs::write(&tmp, bytes).map_err(|e| Error::io(&tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))
+            .unwrap_or_default()
+    );
+    let mut tmp = tempfile::Builder::new()
+        .prefix(&prefix)
+        .suffix(".tmp")
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644))
+        .tempfile_in(dir)
+        .map_err(|e| Error::io(path, bare(e)))?;
+    tmp.write_all(bytes).map_err(|e| Error::io(path, bare(e)))?;
+    tmp.persist(path)
+        .map_err(|e| Error::io(path, bare(e.error)))?;
+    Ok(())
+}
+
+/// The OS error alone: `tempfile` adds the temporary file's name, which
+/// the user never asked for; the message names the destination instead.
+fn bare(e: std::io::Error) -> std::io::Error {
+    use std::io::ErrorKind as K;
+    if e.raw_os_error().is_some() {
+        return e;
+    }
+    let errno = match e.kind() {
+        K::NotFound => libc::ENOENT,
+        K::PermissionDenied => libc::EACCES,
+        K::AlreadyExists => libc::EEXIST,
+        K::ReadOnlyFilesystem => libc::EROFS,
+        K::StorageFull => libc::ENOSPC,
+        K::NotADirectory => libc::ENOTDIR,
+        K::IsADirectory => libc::EISDIR,
+        _ => return e,
+    };
+    std::io::Error::from_raw_os_error(errno)
 }
 
 #[cfg(test)]

@@ -31,10 +31,28 @@ fn main() {
         // error: 141 is what a shell reports for a command SIGPIPE ended.
         Err(err) if is_broken_pipe(&err) => std::process::exit(141),
         Err(err) => {
-            eprintln!("warmstart: {err:#}");
+            eprintln!("warmstart: {}", describe(&err));
             std::process::exit(2);
         }
     }
+}
+
+/// The error and its causes in one line, like `{:#}`, but a cause whose
+/// text its parent already ends with is not said twice (many errors put
+/// their source in their own message).
+pub(crate) fn describe(err: &anyhow::Error) -> String {
+    let mut msg = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if msg.ends_with(&text) {
+            continue;
+        }
+        if !msg.is_empty() {
+            msg.push_str(": ");
+        }
+        msg.push_str(&text);
+    }
+    msg
 }
 
 fn is_broken_pipe(err: &anyhow::Error) -> bool {

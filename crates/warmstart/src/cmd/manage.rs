@@ -44,7 +44,7 @@ pub fn run(args: RunArgs, quiet: bool) -> Result<i32> {
         // Not found: 127, not runnable: 126, as a shell reports them.
         Err(e) => match e.shell_code() {
             Some(code) => {
-                eprintln!("warmstart: {:#}", anyhow::Error::from(e));
+                eprintln!("warmstart: {}", crate::describe(&anyhow::Error::from(e)));
                 return Ok(code);
             }
             None => return Err(e.into()),
