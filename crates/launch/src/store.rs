@@ -298,6 +298,31 @@ mod tests {
     use super::*;
 
     #[test]
+    fn write_atomic_replaces_never_follows_and_leaves_nothing_behind() {
+        let d = tempfile::tempdir().unwrap();
+        let victim = d.path().join("victim");
+        std::fs::write(&victim, "keep").unwrap();
+        // A symlink at the destination is replaced, not written through.
+        let out = d.path().join("out");
+        std::os::unix::fs::symlink(&victim, &out).unwrap();
+        write_atomic(&out, b"new").unwrap();
+        assert_eq!(std::fs::read(&out).unwrap(), b"new");
+        assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+        assert!(!std::fs::symlink_metadata(&out).unwrap().is_symlink());
+        // A failed write names the destination and leaves no file.
+        let dir = d.path().join("a-dir");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join("inside"), "x").unwrap();
+        let err = write_atomic(&dir, b"x").unwrap_err().to_string();
+        assert!(err.starts_with(&dir.display().to_string()), "{err}");
+        let names: Vec<_> = std::fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(names.iter().all(|n| !n.ends_with(".tmp")), "{names:?}");
+    }
+
+    #[test]
     fn names() {
         for (n, ok) in [
             ("python3-1a2b", true),
