@@ -64,6 +64,26 @@ pub struct Plan {
     pub entries: Vec<Entry>,
 }
 
+/// Data ranges may end this far past their file's size, rounded up: a
+/// page-cache folio is at most this large.
+const FILE_SLACK: u64 = 2 << 20;
+
+/// Where data ranges of a file whose size was not known (0) must end.
+const UNKNOWN_SIZE_LIMIT: u64 = 64 << 30;
+
+/// Where a data range of a file of `size` bytes must end: its last page,
+/// generously rounded up; `size` 0 means the size was not known.
+pub(crate) fn range_limit(size: u64) -> u64 {
+    match size {
+        0 => UNKNOWN_SIZE_LIMIT,
+        _ => size.div_ceil(FILE_SLACK).saturating_mul(FILE_SLACK),
+    }
+}
+
+/// The largest metadata range a plan or trace may hold (merged block
+/// requests; a whole launch's metadata is a few MiB).
+pub const MAX_META_RANGE: u64 = 256 << 20;
+
 impl Plan {
     pub fn to_bytes(&self) -> Vec<u8> {
         container::encode_deflated(Kind::Plan, PLAN_MAJOR, PLAN_MINOR, self)
@@ -76,7 +96,9 @@ impl Plan {
     }
 
     /// Invariants: every index points into its table, no empty extents,
-    /// no file listed twice.
+    /// data ranges inside their file's recorded size, metadata ranges of a
+    /// sane size, no file listed twice. A plan that breaks them is corrupt
+    /// or forged; replaying it could read the wrong bytes or never end.
     pub fn check(&self) -> Result<(), FormatError> {
         let bad = |what: String| {
             Err(FormatError::Invalid {
@@ -99,13 +121,25 @@ impl Plan {
                             self.files.len()
                         ));
                     }
-                    if len == 0 || offset.checked_add(len).is_none() {
-                        return bad(format!("entry {i} has an empty or overflowing range"));
+                    // A range may end in the file's last page, rounded
+                    // up generously; beyond it is not the recorded file.
+                    let size = self.files[file as usize].id.size;
+                    if len == 0
+                        || offset
+                            .checked_add(len)
+                            .is_none_or(|end| end > range_limit(size))
+                    {
+                        return bad(format!(
+                            "entry {i} reads {len} bytes at {offset} of {}, a file of {size} bytes",
+                            self.files[file as usize].path
+                        ));
                     }
                 }
                 Entry::Meta { offset, len, .. } => {
-                    if len == 0 || offset.checked_add(len).is_none() {
-                        return bad(format!("entry {i} has an empty or overflowing range"));
+                    if len == 0 || len > MAX_META_RANGE || offset.checked_add(len).is_none() {
+                        return bad(format!(
+                            "entry {i} reads {len} bytes of metadata at {offset}"
+                        ));
                     }
                 }
                 Entry::Lookup { index } => {
@@ -129,7 +163,7 @@ impl Plan {
                 Entry::Data { len, .. } => *len,
                 _ => 0,
             })
-            .sum()
+            .fold(0, u64::saturating_add)
     }
 
     /// Metadata bytes the plan reads.
@@ -140,6 +174,77 @@ impl Plan {
                 Entry::Meta { len, .. } => *len,
                 _ => 0,
             })
-            .sum()
+            .fold(0, u64::saturating_add)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(size: u64, entries: Vec<Entry>) -> Plan {
+        Plan {
+            meta: PlanMeta {
+                command: vec!["x".into()],
+                created_unix_ms: 0,
+                traces: 1,
+                min_traces: 1,
+                passes: Vec::new(),
+                sorted: false,
+            },
+            files: vec![PlanFile {
+                path: "/x".into(),
+                id: FileId {
+                    dev: 1,
+                    ino: 2,
+                    size,
+                    mtime_ns: 0,
+                    ctime_ns: 0,
+                },
+            }],
+            lookups: Vec::new(),
+            entries,
+        }
+    }
+
+    #[test]
+    fn ranges_must_fit_their_file_and_sums_saturate() {
+        let d = |offset, len| Entry::Data {
+            file: 0,
+            offset,
+            len,
+        };
+        let m = |offset, len| Entry::Meta {
+            device: 1,
+            offset,
+            len,
+        };
+        // (name, file size, entries, valid)
+        let cases = [
+            ("whole file", 10_000, vec![d(0, 12_288)], true),
+            ("last page rounded up", 10_000, vec![d(8192, 4096)], true),
+            ("past the file", 10_000, vec![d(0, 8 << 20)], false),
+            (
+                "near the end of u64",
+                1 << 20,
+                vec![d(u64::MAX - 8191, 4096)],
+                false,
+            ),
+            ("a huge length", 1 << 20, vec![d(0, 1 << 62)], false),
+            ("empty", 1 << 20, vec![d(0, 0)], false),
+            ("size unknown", 0, vec![d(1 << 30, 1 << 20)], true),
+            ("size unknown, huge", 0, vec![d(0, 1 << 62)], false),
+            ("metadata", 0, vec![m(1 << 40, 1 << 20)], true),
+            ("huge metadata", 0, vec![m(0, 1 << 50)], false),
+            ("overflowing metadata", 0, vec![m(u64::MAX, 4096)], false),
+        ];
+        for (name, size, entries, valid) in cases {
+            assert_eq!(plan(size, entries).check().is_ok(), valid, "{name}");
+        }
+        let p = plan(0, vec![m(0, MAX_META_RANGE); 3]);
+        assert_eq!(p.meta_bytes(), 3 * MAX_META_RANGE);
+        let mut p = plan(0, Vec::new());
+        p.entries = vec![m(0, u64::MAX / 2 + 1); 3];
+        assert_eq!(p.meta_bytes(), u64::MAX, "saturates instead of wrapping");
     }
 }

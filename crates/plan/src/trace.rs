@@ -263,11 +263,29 @@ impl Trace {
                     f.id.dev, f.id.ino
                 ));
             }
+            let limit = crate::plan::range_limit(f.id.size);
             for e in &f.extents {
-                if e.len == 0 || e.offset.checked_add(e.len).is_none() {
-                    return bad(format!("empty or overflowing extent in ino {}", f.id.ino));
+                if e.len == 0 || e.offset.checked_add(e.len).is_none_or(|end| end > limit) {
+                    return bad(format!(
+                        "ino {} has {} bytes at {}, past its size of {}",
+                        f.id.ino, e.len, e.offset, f.id.size
+                    ));
                 }
             }
+        }
+        for m in &self.metadata {
+            if m.len == 0
+                || m.len > crate::plan::MAX_META_RANGE
+                || m.offset.checked_add(m.len).is_none()
+            {
+                return bad(format!(
+                    "{} bytes of metadata at {} of device {}",
+                    m.len, m.offset, m.device
+                ));
+            }
+        }
+        if self.meta.command.is_empty() {
+            return bad("it names no command".into());
         }
         Ok(())
     }
