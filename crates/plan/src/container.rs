@@ -13,6 +13,11 @@ use serde::Serialize;
 /// Header size: magic (8) + major (2) + minor (2) + crc32 (4) + length (8).
 pub const HEADER_LEN: usize = 24;
 
+/// Whether `head` (a file's first 8 bytes) is the magic of a trace or plan.
+pub fn is_magic(head: &[u8]) -> bool {
+    Kind::from_magic(head).is_some()
+}
+
 /// What a file claims to be, by its magic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -35,7 +40,7 @@ impl Kind {
         }
     }
 
-    fn from_magic(m: &[u8]) -> Option<Kind> {
+    pub(crate) fn from_magic(m: &[u8]) -> Option<Kind> {
         [Kind::Trace, Kind::Plan]
             .into_iter()
             .find(|k| k.magic().as_slice() == m)
@@ -70,13 +75,21 @@ pub enum FormatError {
         expected: u64,
         actual: u64,
     },
+    #[error(
+        "{kind} is corrupt: {extra} bytes follow the {expected} payload bytes its header promises"
+    )]
+    TrailingBytes {
+        kind: Kind,
+        expected: u64,
+        extra: u64,
+    },
     #[error("{kind} is corrupt: checksum {actual:08x} does not match {expected:08x}")]
     Checksum {
         kind: Kind,
         expected: u32,
         actual: u32,
     },
-    #[error("{kind} is corrupt: {source}")]
+    #[error("{kind} is corrupt: its contents do not decode")]
     Decode {
         kind: Kind,
         #[source]
@@ -186,6 +199,13 @@ fn checked_payload(expected: Kind, major: u16, bytes: &[u8]) -> Result<&[u8], Fo
     let crc = u32::from_le_bytes(bytes[12..16].try_into().expect("4 bytes"));
     let len = u64::from_le_bytes(bytes[16..24].try_into().expect("8 bytes"));
     let payload = &bytes[HEADER_LEN..];
+    if payload.len() as u64 > len {
+        return Err(FormatError::TrailingBytes {
+            kind: expected,
+            expected: len,
+            extra: payload.len() as u64 - len,
+        });
+    }
     if payload.len() as u64 != len {
         return Err(FormatError::Truncated {
             kind: expected,
@@ -266,6 +286,16 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("corrupt") || err.contains("inflate"), "{err}");
+    }
+
+    #[test]
+    fn two_files_in_one_are_not_called_truncated() {
+        let mut twice = sample();
+        twice.extend(sample());
+        let err = decode::<Payload>(Kind::Trace, 1, &twice)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("bytes follow"), "{err}");
     }
 
     #[test]

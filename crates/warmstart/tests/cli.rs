@@ -2,6 +2,7 @@
 
 mod util;
 
+use std::path::Path;
 use std::process::Command;
 
 use util::*;
@@ -45,6 +46,20 @@ fn bad_files_get_one_clear_error() {
     let out = run(Command::new(warmstart()).args(["show", "/nonexistent/x.trace"]));
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/x.trace"));
+    // Not regular files: refused at once, not read (a FIFO would block,
+    // /dev/zero would fill memory).
+    let fifo = d.path().join("fifo");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: mkfifo on a NUL-terminated path we own.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    for p in [fifo.as_path(), Path::new("/dev/zero"), d.path()] {
+        for sub in ["show", "replay"] {
+            let out = run(Command::new(warmstart()).arg(sub).arg(p));
+            assert_eq!(out.status.code(), Some(2), "{sub} {}", p.display());
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(err.contains("not a regular file"), "{sub}: {err}");
+        }
+    }
 }
 
 #[test]

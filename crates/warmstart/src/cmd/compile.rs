@@ -25,7 +25,7 @@ pub fn options(a: &CompileArgs) -> CompileOptions {
 pub fn run(args: CompileArgs, quiet: bool) -> Result<i32> {
     let mut traces = Vec::new();
     for p in &args.traces {
-        let bytes = std::fs::read(p).with_context(|| format!("reading {}", p.display()))?;
+        let bytes = super::read_container(p)?;
         traces.push(Trace::from_bytes(&bytes).with_context(|| format!("{}", p.display()))?);
     }
     let t = std::time::Instant::now();

@@ -28,6 +28,49 @@ pub fn dispatch(cli: Cli) -> Result<i32> {
 }
 
 /// Human-readable byte counts for summaries.
+/// Reads a trace or plan. Only a regular file, and only once its first
+/// bytes are a warmstart magic: a FIFO would block, and `/dev/zero` or a
+/// large unrelated file would be read whole into memory before the decoder
+/// could say what it is not. Decoding reports everything else.
+pub fn read_container(path: &std::path::Path) -> Result<Vec<u8>> {
+    use anyhow::Context;
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    /// Far beyond any real trace or plan.
+    const MAX: u64 = 1 << 30;
+    let what = || format!("reading {}", path.display());
+    // Non-blocking, so that opening a FIFO does not wait for a writer; it
+    // changes nothing for a regular file.
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .with_context(what)?;
+    let md = f.metadata().with_context(what)?;
+    anyhow::ensure!(
+        md.is_file(),
+        "{} is not a regular file (a trace or plan is one)",
+        path.display()
+    );
+    let mut bytes = Vec::new();
+    (&mut f)
+        .take(8)
+        .read_to_end(&mut bytes)
+        .with_context(what)?;
+    if !warmstart_plan::container::is_magic(&bytes) {
+        // Let the decoder say what it is not.
+        return Ok(bytes);
+    }
+    anyhow::ensure!(
+        md.len() <= MAX,
+        "{} is {} bytes, larger than any trace or plan",
+        path.display(),
+        md.len()
+    );
+    f.read_to_end(&mut bytes).with_context(what)?;
+    Ok(bytes)
+}
+
 pub fn human_bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut v = n as f64;

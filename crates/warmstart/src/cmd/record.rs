@@ -25,8 +25,7 @@ pub fn run(args: RecordArgs, quiet: bool) -> Result<i32> {
         if args.drop_caches {
             evict::drop_all_caches().context("dropping caches (needs root)")?;
         } else if let Some(prev) = &args.from {
-            let bytes =
-                std::fs::read(prev).with_context(|| format!("reading {}", prev.display()))?;
+            let bytes = super::read_container(prev)?;
             let t =
                 Trace::from_bytes(&bytes).with_context(|| format!("reading {}", prev.display()))?;
             let n = evict::evict_files(t.files.iter().filter_map(|f| f.path.as_deref()));

@@ -8,8 +8,7 @@ use crate::cli::ReplayArgs;
 use crate::cmd::human_bytes;
 
 pub fn run(args: ReplayArgs, quiet: bool) -> Result<i32> {
-    let bytes =
-        std::fs::read(&args.plan).with_context(|| format!("reading {}", args.plan.display()))?;
+    let bytes = super::read_container(&args.plan)?;
     let plan = Plan::from_bytes(&bytes).with_context(|| format!("{}", args.plan.display()))?;
     let mut opts = Options::default();
     if let Some(w) = args.workers {

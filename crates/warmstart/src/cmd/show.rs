@@ -10,8 +10,7 @@ use crate::cli::{Format, ShowArgs};
 use crate::cmd::human_bytes;
 
 pub fn run(args: ShowArgs) -> Result<i32> {
-    let bytes =
-        std::fs::read(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
+    let bytes = super::read_container(&args.file)?;
     let mut out = std::io::stdout().lock();
     if bytes.starts_with(b"WSPLAN\0\0") {
         let plan = Plan::from_bytes(&bytes).with_context(|| format!("{}", args.file.display()))?;
