@@ -221,7 +221,7 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 2)]
     pub nrawseq: u32,
     /// Relearn when the miss ratio is above this (FAST's R_miss).
-    #[arg(long, default_value_t = 0.1)]
+    #[arg(long, default_value_t = 0.1, value_parser = non_negative)]
     pub rmiss: f64,
     /// concurrent (flash), sorted (rotational: app held until the prefetch completes), or auto (measured).
     #[arg(long, value_enum, default_value_t = StrategyArg::Auto)]
@@ -256,17 +256,17 @@ pub enum StrategyArg {
 #[command(group = clap::ArgGroup::new("target").required(true).args(["pid", "command"]))]
 pub struct StreamArgs {
     /// Polling interval in seconds (prefetchd's default 0.5).
-    #[arg(long, default_value_t = 0.5, value_name = "S")]
+    #[arg(long, default_value_t = 0.5, value_name = "S", value_parser = seconds)]
     pub interval: f64,
     /// Share of a process's reads that must fit a pattern to prefetch.
-    #[arg(long, default_value_t = 0.6)]
+    #[arg(long, default_value_t = 0.6, value_parser = ratio)]
     pub threshold: f64,
     /// Device read ceiling in MB/s (default: measured).
     #[arg(long, value_name = "MBPS")]
     pub max_throughput: Option<u64>,
     /// No feedback: always prefetch this many times the program's rate
     /// (the static aggressive prefetcher, for comparison).
-    #[arg(long, value_name = "SCALE")]
+    #[arg(long, value_name = "SCALE", value_parser = positive)]
     pub static_scale: Option<f64>,
     /// Print the report as JSON on stdout.
     #[arg(long)]
@@ -373,10 +373,10 @@ pub struct RecordArgs {
     #[arg(long, requires = "cold")]
     pub drop_caches: bool,
     /// Stop recording after this many seconds without I/O (FAST's T_idle).
-    #[arg(long, default_value_t = 2.0, value_name = "S")]
+    #[arg(long, default_value_t = 2.0, value_name = "S", value_parser = seconds)]
     pub idle: f64,
     /// Stop recording after this many seconds in any case (FAST's T_timeout).
-    #[arg(long, default_value_t = 30.0, value_name = "S")]
+    #[arg(long, default_value_t = 30.0, value_name = "S", value_parser = seconds)]
     pub timeout: f64,
     /// Event source.
     #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
@@ -404,4 +404,40 @@ pub struct ShowArgs {
     pub file: PathBuf,
     #[arg(short, long, value_enum, default_value_t = Format::Summary)]
     pub format: Format,
+}
+
+/// A number of seconds: finite, above 0, at most a million (11 days).
+fn seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v <= 1e6 => Ok(v),
+        Ok(_) => Err("expected seconds above 0 and at most 1000000".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// A share between 0 and 1.
+fn ratio(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        Ok(_) => Err("expected a share from 0 to 1".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// A finite number above 0.
+fn positive(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        Ok(_) => Err("expected a finite number above 0".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// A finite number, 0 or more.
+fn non_negative(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        Ok(_) => Err("expected a finite number, 0 or more".into()),
+        Err(e) => Err(e.to_string()),
+    }
 }

@@ -77,3 +77,43 @@ fn status_on_an_empty_state_dir() {
         .arg(d.path()));
     assert_eq!(out.status.code(), Some(1));
 }
+
+#[test]
+fn bad_options_and_outputs_are_refused_before_anything_runs() {
+    let d = tempfile::tempdir().unwrap();
+    let ran = d.path().join("ran");
+    let touch = format!("touch {}", ran.display());
+    let cases: Vec<Vec<String>> = vec![
+        // Seconds that are not a duration (they used to panic).
+        vec!["record", "-o", "t.trace", "--timeout", "nan"],
+        vec!["record", "-o", "t.trace", "--idle=-1"],
+        vec!["record", "-o", "t.trace", "--timeout", "1e300"],
+        // An output that cannot be written: found before the command runs.
+        vec!["record", "-o", "."],
+        vec!["record", "-o", "/proc/t.trace"],
+    ]
+    .into_iter()
+    .map(|v| v.into_iter().map(String::from).collect())
+    .collect();
+    for mut args in cases {
+        args.extend(["--".into(), "sh".into(), "-c".into(), touch.clone()]);
+        let out = run(Command::new(warmstart()).args(&args).current_dir(d.path()));
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(!ran.exists(), "{args:?} ran the command");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+    // Sizes that overflow (they used to panic or wrap).
+    for args in [
+        ["--max-request", "18014398509481984"],
+        ["--memory-floor", "17592186044416"],
+    ] {
+        let out = run(Command::new(warmstart())
+            .arg("replay")
+            .args(args)
+            .arg("/nonexistent.plan"));
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("too large"), "{args:?}: {err}");
+    }
+}

@@ -49,15 +49,21 @@ pub fn run(args: RecordArgs, quiet: bool) -> Result<i32> {
         timeout: Duration::from_secs_f64(args.timeout),
         cache,
     };
-    // Write somewhere we can before running anything.
+    // Write somewhere we can before running anything: the launch cannot
+    // be repeated once the trace is lost.
     let out = &args.output;
-    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
-        anyhow::ensure!(
-            dir.is_dir(),
-            "output directory {} does not exist",
-            dir.display()
-        );
-    }
+    let dir = out
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    anyhow::ensure!(
+        dir.is_dir(),
+        "output directory {} does not exist",
+        dir.display()
+    );
+    anyhow::ensure!(!out.is_dir(), "{} is a directory", out.display());
+    tempfile::tempfile_in(dir)
+        .with_context(|| format!("cannot write the trace into {}", dir.display()))?;
     let recorded = match warmstart_record::record(&args.command, &opts, |_| {}) {
         Ok(r) => r,
         // Not found: 127, not runnable: 126, as a shell reports them.

@@ -8,8 +8,6 @@ use crate::cli::ReplayArgs;
 use crate::cmd::human_bytes;
 
 pub fn run(args: ReplayArgs, quiet: bool) -> Result<i32> {
-    let bytes = super::read_container(&args.plan)?;
-    let plan = Plan::from_bytes(&bytes).with_context(|| format!("{}", args.plan.display()))?;
     let mut opts = Options::default();
     if let Some(w) = args.workers {
         opts.workers = w;
@@ -22,7 +20,10 @@ pub fn run(args: ReplayArgs, quiet: bool) -> Result<i32> {
         );
     }
     if let Some(mib) = args.memory_floor {
-        opts.memory_floor = Some(mib << 20);
+        opts.memory_floor = Some(
+            mib.checked_mul(1 << 20)
+                .with_context(|| format!("--memory-floor {mib} MiB is too large"))?,
+        );
     }
     opts.cpus = args.cpus.clone();
     if args.max_request < 4 {
@@ -31,10 +32,16 @@ pub fn run(args: ReplayArgs, quiet: bool) -> Result<i32> {
             args.max_request
         );
     }
-    opts.max_request = args.max_request * 1024;
+    opts.max_request = args
+        .max_request
+        .checked_mul(1024)
+        .with_context(|| format!("--max-request {} KiB is too large", args.max_request))?;
     if args.wait {
         opts.wait = Some(Options::DEFAULT_WAIT_TIMEOUT);
     }
+    // Options first: a mistake in them is reported before any file is read.
+    let bytes = super::read_container(&args.plan)?;
+    let plan = Plan::from_bytes(&bytes).with_context(|| format!("{}", args.plan.display()))?;
     let backend = RealBackend::new();
     let report = Engine::new(&backend, opts)?.run(&plan)?;
     if args.json {
