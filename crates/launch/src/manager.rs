@@ -402,28 +402,37 @@ pub(crate) fn add_trace(
         ));
         return Ok(());
     }
-    let traces: Vec<Trace> = read_traces(store, prof)
+    let mut traces = Vec::new();
+    let mut unreadable = Vec::new();
+    for (name, (p, t)) in prof
+        .traces
+        .clone()
         .into_iter()
-        .filter_map(|(p, t)| {
-            if t.is_none() {
-                eprintln!("warmstart: ignoring unreadable trace {}", p.display());
+        .zip(read_traces(store, prof))
+    {
+        match t {
+            Ok(t) => traces.push(t),
+            Err(why) => {
+                eprintln!("warmstart: ignoring trace {}: {why}", p.display());
+                unreadable.push(name);
             }
-            t
-        })
-        .collect();
+        }
+    }
+    // No longer listed: the profile's traces are the ones it can read.
+    prof.traces.retain(|t| !unreadable.contains(t));
     compile_profile(&traces, store, prof, cfg, report)
 }
 
 /// The profile's traces, each with its path; `None` where one cannot be
 /// read or decoded.
-fn read_traces(store: &Store, prof: &Profile) -> Vec<(PathBuf, Option<Trace>)> {
+fn read_traces(store: &Store, prof: &Profile) -> Vec<(PathBuf, Result<Trace, String>)> {
     prof.traces
         .iter()
         .map(|t| {
             let p = store.trace_path(&prof.name, t);
             let trace = std::fs::read(&p)
-                .ok()
-                .and_then(|b| Trace::from_bytes(&b).ok());
+                .map_err(|e| e.to_string())
+                .and_then(|b| Trace::from_bytes(&b).map_err(|e| e.to_string()));
             (p, trace)
         })
         .collect()
@@ -743,7 +752,7 @@ pub(crate) fn judge(
         // Traces of format 1.0 mark no page unused; their plan is the same.
         let traces: Option<Vec<Trace>> = read_traces(store, prof)
             .into_iter()
-            .map(|(_, t)| t)
+            .map(|(_, t)| t.ok())
             .collect();
         if let Some(traces) = traces.filter(|t| !t.is_empty()) {
             if let Err(e) = compile_profile(&traces, store, prof, cfg, report) {

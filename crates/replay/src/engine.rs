@@ -609,6 +609,8 @@ impl<'b, B: Backend> Engine<'b, B> {
         report: &mut WaitReport,
     ) {
         let mut pending: Vec<(u64, u64)> = merge(ranges);
+        // One note per file: its ranges fail for the same reason.
+        let mut noted = false;
         // Once the deadline passed or the replay was cancelled, one more
         // pass counts what is resident without waiting.
         let mut last_pass = report.timed_out || self.cancel.load(Ordering::Relaxed);
@@ -623,7 +625,20 @@ impl<'b, B: Backend> Engine<'b, B> {
                     Ok(_) => still.push((offset, len)),
                     Err(e) => {
                         report.errors += 1;
-                        state.note(e.to_string());
+                        let denied = matches!(&e, ReplayError::Residency { source, .. }
+                            if source.raw_os_error() == Some(libc::EPERM));
+                        if denied {
+                            // The same for every file: said once.
+                            if !state.residency_denied.swap(true, Ordering::Relaxed) {
+                                state.note(
+                                    "cannot check page-cache residency: the kernel hides it \
+                                     for files this user may not write (run as root)"
+                                        .into(),
+                                );
+                            }
+                        } else if !std::mem::replace(&mut noted, true) {
+                            state.note(e.to_string());
+                        }
                     }
                 }
             }
@@ -737,6 +752,8 @@ struct State<'a, B: Backend> {
     /// A thread moved to `cpus`; one failed to.
     moved: AtomicBool,
     move_failed: AtomicBool,
+    /// A residency query was refused (EPERM); said once.
+    residency_denied: AtomicBool,
 }
 
 /// Gives the dispatching thread its CPUs back, however the replay ends.
@@ -826,6 +843,7 @@ impl<'a, B: Backend> State<'a, B> {
             cpus: None,
             moved: AtomicBool::new(false),
             move_failed: AtomicBool::new(false),
+            residency_denied: AtomicBool::new(false),
         }
     }
 

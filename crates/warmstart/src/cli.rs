@@ -177,17 +177,18 @@ pub struct CompileArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct ReplayArgs {
+    /// The plan to replay (from `compile`, or a profile's `plan`).
     pub plan: PathBuf,
-    /// Wait until the data is resident (the papers' prefetch-only time).
+    /// Wait until the data is resident (the papers' prefetch-only time), at most 30 s.
     #[arg(long)]
     pub wait: bool,
-    /// Worker threads issuing requests.
+    /// Worker threads issuing requests, 1 to 64 [default: 8].
     #[arg(long)]
     pub workers: Option<usize>,
     /// I/O priority of the replay: idle, or be:0..7.
     #[arg(long, value_name = "PRIO")]
     pub ioprio: Option<String>,
-    /// Stop when MemAvailable would fall below this many MiB.
+    /// Stop when MemAvailable would fall below this many MiB; 0 turns the guard off [default: 5% of RAM, at least 256 MiB].
     #[arg(long, value_name = "MIB")]
     pub memory_floor: Option<u64>,
     /// CPUs the replay runs on: one (the last CPU, leaving the others to applications), all, idle (any CPU nothing else wants: idle scheduling priority), or a list such as 0,2-3.
@@ -235,12 +236,13 @@ pub struct RunArgs {
     /// CPUs the replay runs on: one (the last CPU, leaving the others to the application), all, idle (any CPU nothing else wants: idle scheduling priority; for launches that keep every CPU busy, such as a JVM's), or a list such as 0,2-3.
     #[arg(long, value_name = "CPUS", default_value = "one")]
     pub replay_cpus: warmstart_replay::ReplayCpus,
-    /// Print what the launch manager did (stderr), or with --json as JSON.
+    /// Print what the launch manager did, on stderr (--report writes it as JSON).
     #[arg(short, long)]
     pub verbose: bool,
     /// Write the launch report as JSON to this file.
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
+    /// The command to launch and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<std::ffi::OsString>,
 }

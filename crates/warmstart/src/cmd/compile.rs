@@ -23,8 +23,26 @@ pub fn options(a: &CompileArgs) -> CompileOptions {
 }
 
 pub fn run(args: CompileArgs, quiet: bool) -> Result<i32> {
+    for e in &args.exclude {
+        anyhow::ensure!(
+            e.starts_with('/'),
+            "--exclude {e:?}: give an absolute path prefix, such as /home"
+        );
+    }
+    // Each input once (the same launch twice would pass any k-of-n), and
+    // never the output among them.
+    let out = std::fs::canonicalize(&args.output).ok();
+    let mut seen = Vec::new();
     let mut traces = Vec::new();
     for p in &args.traces {
+        let real = std::fs::canonicalize(p).with_context(|| format!("reading {}", p.display()))?;
+        anyhow::ensure!(
+            out.as_ref() != Some(&real),
+            "{} is both an input and the output",
+            p.display()
+        );
+        anyhow::ensure!(!seen.contains(&real), "{} is given twice", p.display());
+        seen.push(real);
         let bytes = super::read_container(p)?;
         traces.push(Trace::from_bytes(&bytes).with_context(|| format!("{}", p.display()))?);
     }

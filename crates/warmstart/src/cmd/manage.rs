@@ -51,8 +51,11 @@ pub fn run(args: RunArgs, quiet: bool) -> Result<i32> {
         },
     };
     if let Some(p) = &args.report {
-        std::fs::write(p, serde_json::to_vec_pretty(&report)?)
-            .with_context(|| format!("writing {}", p.display()))?;
+        // The launch happened: its status is the command's, whatever
+        // becomes of the report.
+        if let Err(e) = std::fs::write(p, serde_json::to_vec_pretty(&report)?) {
+            eprintln!("warmstart: cannot write the report {}: {e}", p.display());
+        }
     }
     if args.verbose && !quiet {
         eprintln!(

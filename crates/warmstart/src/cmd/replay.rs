@@ -59,7 +59,16 @@ pub fn run(args: ReplayArgs, quiet: bool) -> Result<i32> {
             human_bytes(report.skipped_meta.bytes),
             report.timings.total_ns as f64 / 1e6,
             match &report.wait {
-                Some(w) => format!(", {} of {} pages resident{}", w.resident, w.pages, if w.timed_out { " (timed out)" } else { "" }),
+                Some(w) => format!(
+                    ", {} of {} pages resident{}{}",
+                    w.resident,
+                    w.pages,
+                    if w.timed_out { " (timed out)" } else { "" },
+                    match w.files_unchecked {
+                        0 => String::new(),
+                        n => format!(", {n} files not checked (changed or gone since)"),
+                    }
+                ),
                 None => String::new(),
             }
         );
