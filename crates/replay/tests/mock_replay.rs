@@ -27,7 +27,7 @@ fn id(ino: u64) -> FileId {
     FileId {
         dev: sda(),
         ino,
-        size: 64 * M,
+        size: 4 * G,
         mtime_ns: 1_000,
         ctime_ns: 2_000,
     }
