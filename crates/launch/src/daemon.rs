@@ -148,8 +148,8 @@ impl DaemonConfig {
         self.replay_cpus
             .parse::<warmstart_replay::ReplayCpus>()
             .map_err(|e| format!("replay_cpus: {e}"))?;
-        if !(self.idle_s > 0.0 && self.timeout_s >= self.idle_s) {
-            return Err("need 0 < idle_s <= timeout_s".into());
+        if !(self.idle_s > 0.0 && self.timeout_s >= self.idle_s && self.timeout_s <= 1e6) {
+            return Err("need 0 < idle_s <= timeout_s <= 1000000 (seconds)".into());
         }
         Ok(())
     }
@@ -186,6 +186,21 @@ impl DaemonConfig {
 /// interpreters (`python3 app.py` is `app.py`, not python3), else the binary.
 /// A relative script is taken in `cwd`, the launching process's directory.
 pub fn policy_path(exe: &str, argv: &[String], cwd: &Path) -> String {
+    if let Some((script, java)) = script_of(exe, argv) {
+        if let Ok(p) = std::fs::canonicalize(cwd.join(script)) {
+            return p.display().to_string();
+        }
+        if java {
+            return script.to_string();
+        }
+    }
+    exe.to_string()
+}
+
+/// The script an interpreter runs (and whether the interpreter is java,
+/// whose "script" is a main class), if it runs one: not for `python3 -c
+/// CODE`, `-m module`, `sh -c`, `perl -e`.
+fn script_of<'a>(exe: &str, argv: &'a [String]) -> Option<(&'a str, bool)> {
     let base = Path::new(exe)
         .file_name()
         .map(|b| b.to_string_lossy().into_owned())
@@ -198,27 +213,23 @@ pub fn policy_path(exe: &str, argv: &[String], cwd: &Path) -> String {
     .any(|i| {
         base == *i || base.starts_with(&format!("{i}3")) || base.starts_with(&format!("{i}."))
     });
-    if interpreter {
-        let first = argv.iter().skip(1).position(|a| !a.starts_with('-'));
-        // `python3 -c CODE`, `-m module`, `sh -c`, `perl -e`: no script
-        // (and no lookup of the code as a file, which after a cache drop
-        // reads the directory from disk on the exec's critical path).
-        let inline = first.is_some_and(|i| {
-            i > 0 && base != "java" && ["-c", "-m", "-e", "-E"].contains(&argv[i].as_str())
-        });
-        if inline {
-            return exe.to_string();
-        }
-        if let Some(script) = first.map(|i| &argv[i + 1]) {
-            if let Ok(p) = std::fs::canonicalize(cwd.join(script)) {
-                return p.display().to_string();
-            }
-            if base == "java" {
-                return script.clone();
-            }
-        }
+    if !interpreter {
+        return None;
     }
-    exe.to_string()
+    let java = base == "java";
+    let first = argv.iter().skip(1).position(|a| !a.starts_with('-'))?;
+    // No lookup of inline code as a file either: after a cache drop that
+    // reads the directory from disk on the exec's critical path.
+    let inline = first > 0 && !java && ["-c", "-m", "-e", "-E"].contains(&argv[first].as_str());
+    (!inline).then(|| (argv[first + 1].as_str(), java))
+}
+
+/// For `warmstart learn`: the script an interpreter would run that does
+/// not exist (a typo would otherwise put the interpreter itself, and so
+/// every script it runs, on the learn list).
+pub fn missing_script(exe: &str, argv: &[String], cwd: &Path) -> Option<String> {
+    let (script, java) = script_of(exe, argv)?;
+    (!java && !cwd.join(script).exists()).then(|| script.to_string())
 }
 
 /// What `warmstart status` shows about the daemon.
@@ -722,7 +733,11 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
         let _ = writeln!(log, "warmstart daemon: {w}");
     }
 
-    // Two daemons would trace everything twice and fight over profiles.
+    // Two daemons would trace everything twice and fight over profiles:
+    // one per state directory and one per socket, held until exit (a
+    // status query alone let two daemons started together both run).
+    let _state_lock = lock_exclusive(&store.root().join("daemon.lock"))?;
+    let _socket_lock = lock_exclusive(&lock_path(&dcfg.socket))?;
     if let Some(other) = query(&dcfg.socket) {
         return Err(Error::io(
             &dcfg.socket,
@@ -761,6 +776,8 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
     (status.profiles_in_memory, status.plans_in_memory) = shared.cache.counts();
     *shared.status.lock().unwrap_or_else(|e| e.into_inner()) = status.clone();
     let listener = bind_root_only(&dcfg.socket)?;
+    let our_socket = socket_ino(&dcfg.socket);
+    let listener_fd = std::os::fd::AsRawFd::as_raw_fd(&listener);
     let (check, jobs) = std::sync::mpsc::channel();
     let checker = {
         let (shared, store) = (Arc::clone(&shared), store.clone());
@@ -1141,13 +1158,20 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
             .collect();
         *shared.status.lock().unwrap_or_else(|e| e.into_inner()) = status.clone();
     }
-    // Wake the control thread from accept() so it sees the stop.
+    // Wake the control thread from accept() so it sees the stop: by a
+    // connection, and by shutting the listening socket down in case its
+    // path was removed or taken meanwhile.
     shared.status.lock().unwrap_or_else(|e| e.into_inner()).pid = 0;
     let _ = std::os::unix::net::UnixStream::connect(&dcfg.socket);
+    // SAFETY: shutdown on the listener's descriptor, which the control
+    // thread keeps open until it returns.
+    unsafe { libc::shutdown(listener_fd, libc::SHUT_RDWR) };
     let _ = control.join();
     drop(check);
     let _ = checker.join();
-    let _ = std::fs::remove_file(&dcfg.socket);
+    if socket_ino(&dcfg.socket) == our_socket {
+        let _ = std::fs::remove_file(&dcfg.socket);
+    }
     Ok(())
 }
 
@@ -1311,8 +1335,67 @@ fn stop_replay(mode: &Mode) {
 /// Binds the control socket so that only root can connect: created under
 /// a umask that leaves no access to others (no window with looser
 /// permissions), and checked again on each connection.
+/// `SOCKET.lock`, beside the socket.
+fn lock_path(socket: &Path) -> PathBuf {
+    let mut name = socket.as_os_str().to_owned();
+    name.push(".lock");
+    PathBuf::from(name)
+}
+
+/// Takes an exclusive `flock` on `path` (created if missing), or says which
+/// daemon holds it. The lock goes with the returned file.
+fn lock_exclusive(path: &Path) -> Result<std::fs::File, Error> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| Error::io(path, e))?;
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(Error::io(
+            path,
+            std::io::Error::new(
+                std::io::ErrorKind::AddrInUse,
+                "another warmstart daemon holds this lock",
+            ),
+        ));
+    }
+    Ok(f)
+}
+
+/// The inode of the socket file, to remove it at exit only if it is still
+/// ours.
+fn socket_ino(socket: &Path) -> Option<u64> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    std::fs::symlink_metadata(socket)
+        .ok()
+        .filter(|m| m.file_type().is_socket())
+        .map(|m| m.ino())
+}
+
 fn bind_root_only(socket: &Path) -> Result<std::os::unix::net::UnixListener, Error> {
-    let _ = std::fs::remove_file(socket);
+    use std::os::unix::fs::FileTypeExt;
+    // A stale socket (a daemon killed) is replaced; anything else at that
+    // path is somebody's file.
+    match std::fs::symlink_metadata(socket) {
+        Ok(m) if m.file_type().is_socket() => {
+            let _ = std::fs::remove_file(socket);
+        }
+        Ok(_) => {
+            return Err(Error::io(
+                socket,
+                std::io::Error::new(
+                    std::io::ErrorKind::AlreadyExists,
+                    "exists and is not a socket; choose another path",
+                ),
+            ))
+        }
+        Err(_) => {}
+    }
     // SAFETY: umask has no preconditions; the old mask is put back below.
     let old = unsafe { libc::umask(0o177) };
     let bound = std::os::unix::net::UnixListener::bind(socket);
@@ -1422,8 +1505,12 @@ fn handle(
                 };
             }
             let mut list = shared.learn.lock().unwrap_or_else(|e| e.into_inner());
-            list.insert(key.clone());
+            let added = list.insert(key.clone());
             if let Err(e) = save_learn_list(store, &list) {
+                // Refused: the list in memory stays what is on disk.
+                if added {
+                    list.remove(&key);
+                }
                 return Reply::Error {
                     message: e.to_string(),
                 };
@@ -1476,6 +1563,9 @@ fn handle(
             let mut list = shared.learn.lock().unwrap_or_else(|e| e.into_inner());
             let was_listed = list.remove(&key);
             if let Err(e) = save_learn_list(store, &list) {
+                if was_listed {
+                    list.insert(key.clone());
+                }
                 return Reply::Error {
                     message: e.to_string(),
                 };
@@ -1488,11 +1578,7 @@ fn handle(
         }
         Request::Forget { names, all } => {
             let mut profiles = shared.profiles.lock().unwrap_or_else(|e| e.into_inner());
-            let names = if all {
-                store.list().into_iter().flatten().map(|p| p.name).collect()
-            } else {
-                names
-            };
+            let names = if all { store.names() } else { names };
             let (mut forgotten, mut missing) = (Vec::new(), Vec::new());
             for n in names {
                 if !crate::store::valid_name(&n) {

@@ -212,24 +212,34 @@ impl Store {
         write_atomic(&dir.join("profile.json"), &bytes)
     }
 
-    /// All profiles, by name. Unreadable ones are returned as errors in place.
-    pub fn list(&self) -> Vec<Result<Profile, Error>> {
+    /// The names of all profile directories, sorted, readable or not.
+    pub fn names(&self) -> Vec<String> {
         let mut names: Vec<String> = std::fs::read_dir(self.root.join("profiles"))
             .map(|rd| {
                 rd.flatten()
                     .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| valid_name(n))
                     .collect()
             })
             .unwrap_or_default();
         names.sort();
         names
+    }
+
+    /// All profiles, by name. Unreadable ones are returned as errors in place.
+    pub fn list(&self) -> Vec<Result<Profile, Error>> {
+        self.names()
             .into_iter()
             .filter_map(|n| self.load(&n).transpose())
             .collect()
     }
 
-    /// Removes a profile and everything it learned.
+    /// Removes a profile and everything it learned. Only a profile's name:
+    /// an absolute path or `..` would name a directory outside the store.
     pub fn forget(&self, name: &str) -> Result<bool, Error> {
+        if !valid_name(name) {
+            return Err(Error::BadName(name.to_string()));
+        }
         let dir = self.dir(name);
         if !dir.exists() {
             return Ok(false);

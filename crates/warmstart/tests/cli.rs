@@ -76,6 +76,39 @@ fn status_on_an_empty_state_dir() {
         .args(["forget", "nope", "--state-dir"])
         .arg(d.path()));
     assert_eq!(out.status.code(), Some(1));
+    // Only profile names: a path would remove a directory outside the
+    // store (it did, as root, with no daemon running).
+    let victim = d.path().join("victim");
+    std::fs::create_dir(&victim).unwrap();
+    for name in [victim.to_str().unwrap(), "..", "../.."] {
+        let out = run(Command::new(warmstart())
+            .args([
+                "forget",
+                "--socket",
+                "/nonexistent.sock",
+                name,
+                "--state-dir",
+            ])
+            .arg(d.path().join("state")));
+        assert_eq!(out.status.code(), Some(2), "{name}");
+        assert!(victim.is_dir(), "{name} removed it");
+    }
+    // --all removes unreadable profiles too, as `status` advises.
+    let bad = d.path().join("state/profiles/bad-1");
+    std::fs::create_dir_all(&bad).unwrap();
+    std::fs::write(bad.join("profile.json"), "{bad").unwrap();
+    run_ok(
+        Command::new(warmstart())
+            .args([
+                "forget",
+                "--all",
+                "--socket",
+                "/nonexistent.sock",
+                "--state-dir",
+            ])
+            .arg(d.path().join("state")),
+    );
+    assert!(!bad.exists());
 }
 
 #[test]

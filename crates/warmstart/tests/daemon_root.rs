@@ -697,6 +697,27 @@ fn root_daemon_learn_forget_restart_crash_and_exec_chains() {
         status["plans_in_memory"].as_u64().is_some_and(|n| n >= 2),
         "{status}"
     );
+    // One daemon per state directory and per socket; a file that is not
+    // a socket is not taken for one.
+    let second = |state: &Path, socket: &Path| {
+        run(Command::new(warmstart())
+            .arg("daemon")
+            .arg("--config")
+            .arg(&d.config)
+            .arg("--state-dir")
+            .arg(state)
+            .arg("--socket")
+            .arg(socket))
+    };
+    let out = second(&d.state, &work.path().join("sock2"));
+    assert_eq!(out.status.code(), Some(2), "same state dir: {out:?}");
+    let out = second(&work.path().join("state2"), &d.socket);
+    assert_eq!(out.status.code(), Some(2), "same socket: {out:?}");
+    let file = work.path().join("not-a-socket");
+    std::fs::write(&file, "keep").unwrap();
+    let out = second(&work.path().join("state3"), &file);
+    assert_eq!(out.status.code(), Some(2), "a file: {out:?}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep");
     let log = std::fs::read_to_string(&d.log).unwrap();
     let last = |what: &str| {
         log.rfind(what)

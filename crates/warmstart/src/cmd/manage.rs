@@ -229,11 +229,8 @@ pub fn forget(args: ForgetArgs) -> Result<i32> {
     }
     let store = store(&args.state_dir)?;
     let names: Vec<String> = if args.all {
-        store
-            .list()
-            .into_iter()
-            .filter_map(|p| p.ok().map(|p| p.name))
-            .collect()
+        // Unreadable profiles too: `status` tells to remove those this way.
+        store.names()
     } else {
         vec![args
             .profile
@@ -275,14 +272,21 @@ fn find_program(prog: &str, cwd: &std::path::Path) -> Option<std::path::PathBuf>
 pub fn learn(args: LearnArgs) -> Result<i32> {
     let cwd = std::env::current_dir().context("the current directory")?;
     let prog = &args.command[0];
-    let found = find_program(prog, &cwd).with_context(|| {
-        format!("{prog}: no such program (not an executable file, nor found in PATH)")
-    })?;
+    let found = match find_program(prog, &cwd) {
+        Some(f) => f,
+        // An entry for a program since uninstalled can still be removed,
+        // by the path it was learned as.
+        None if args.remove && prog.contains('/') => cwd.join(prog),
+        None => {
+            anyhow::bail!("{prog}: no such program (not an executable file, nor found in PATH)")
+        }
+    };
     // The executable the kernel reports at exec: symlinks resolved.
-    let exe = std::fs::canonicalize(&found)
-        .with_context(|| format!("resolving {}", found.display()))?
-        .display()
-        .to_string();
+    let exe = match std::fs::canonicalize(&found) {
+        Ok(p) => p.display().to_string(),
+        Err(_) if args.remove => found.display().to_string(),
+        Err(e) => return Err(e).with_context(|| format!("resolving {}", found.display())),
+    };
     let mut argv = args.command.clone();
     argv[0] = found.display().to_string();
     if args.remove {
@@ -306,6 +310,9 @@ pub fn learn(args: LearnArgs) -> Result<i32> {
             ),
         }
         return Ok(if was_listed { 0 } else { 1 });
+    }
+    if let Some(script) = warmstart_launch::daemon::missing_script(&exe, &argv, &cwd) {
+        anyhow::bail!("{script}: no such script for {}", argv[0]);
     }
     let req = Request::Learn { exe, argv, cwd };
     let Reply::Learned {
