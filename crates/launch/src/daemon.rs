@@ -393,9 +393,19 @@ pub fn request(socket: &Path, req: &Request) -> Result<Reply, ControlError> {
 
 /// Asks a running daemon for its status.
 pub fn query(socket: &Path) -> Option<DaemonStatus> {
+    query_checked(socket).ok().flatten()
+}
+
+/// Like [`query`], but a daemon this user may not ask (the socket is
+/// root-only) is an error rather than "no daemon".
+pub fn query_checked(socket: &Path) -> Result<Option<DaemonStatus>, ControlError> {
     match request(socket, &Request::Status) {
-        Ok(Reply::Status(s)) => Some(*s),
-        _ => None,
+        Ok(Reply::Status(s)) => Ok(Some(*s)),
+        Err(e @ ControlError::PermissionDenied(_)) => Err(e),
+        Ok(Reply::Error { message }) if message.contains("root-only") => {
+            Err(ControlError::PermissionDenied(socket.to_path_buf()))
+        }
+        _ => Ok(None),
     }
 }
 

@@ -107,7 +107,7 @@ pub fn daemon(args: DaemonArgs) -> Result<i32> {
 }
 
 pub fn status(args: StatusArgs) -> Result<i32> {
-    let daemon = warmstart_launch::daemon::query(&args.socket);
+    let daemon = daemon_or_note(&args.socket);
     // The daemon's profiles, unless another state directory is asked for.
     let store = match (&args.state_dir, &daemon) {
         (None, Some(d)) if !d.state_dir.as_os_str().is_empty() => Store::open(&d.state_dir)?,
@@ -184,6 +184,16 @@ pub fn status(args: StatusArgs) -> Result<i32> {
 }
 
 /// Sends a request to the daemon, with errors that say what to do.
+/// The daemon's status, if one answers. One this user may not ask (its
+/// socket is root-only) is said, not taken for "no daemon"; the command
+/// then goes on with this user's own state.
+fn daemon_or_note(socket: &std::path::Path) -> Option<warmstart_launch::daemon::DaemonStatus> {
+    warmstart_launch::daemon::query_checked(socket).unwrap_or_else(|e| {
+        eprintln!("warmstart: {e}; its profiles are not shown here");
+        None
+    })
+}
+
 fn ask_daemon(socket: &std::path::Path, req: &Request) -> Result<Reply> {
     match warmstart_launch::daemon::request(socket, req) {
         Ok(Reply::Error { message }) => anyhow::bail!("the daemon refused: {message}"),
@@ -206,7 +216,7 @@ fn ask_daemon(socket: &std::path::Path, req: &Request) -> Result<Reply> {
 pub fn forget(args: ForgetArgs) -> Result<i32> {
     // With the daemon running on this state directory, it forgets: a
     // launch it is following would otherwise write the profile back.
-    if let Some(d) = warmstart_launch::daemon::query(&args.socket) {
+    if let Some(d) = daemon_or_note(&args.socket) {
         let same = args.state_dir.as_ref().is_none_or(|s| {
             std::fs::canonicalize(s).ok() == std::fs::canonicalize(&d.state_dir).ok()
         });
