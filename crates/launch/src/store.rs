@@ -130,6 +130,15 @@ impl Store {
         })
     }
 
+    /// The store at `root` as it is, creating nothing: for commands that
+    /// only look (`status`) or remove (`forget`), so that a mistyped
+    /// directory is not created.
+    pub fn at(root: &Path) -> Store {
+        Store {
+            root: root.to_path_buf(),
+        }
+    }
+
     pub fn root(&self) -> &Path {
         &self.root
     }

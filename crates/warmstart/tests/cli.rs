@@ -72,6 +72,14 @@ fn status_on_an_empty_state_dir() {
             .arg(d.path()),
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("no profiles"));
+    // Looking does not create: a mistyped directory stays absent.
+    let typo = d.path().join("typo");
+    run_ok(
+        Command::new(warmstart())
+            .args(["status", "--socket", "/nonexistent.sock", "--state-dir"])
+            .arg(&typo),
+    );
+    assert!(!typo.exists());
     let out = run(Command::new(warmstart())
         .args(["forget", "nope", "--state-dir"])
         .arg(d.path()));

@@ -82,11 +82,12 @@ pub fn run(args: RunArgs, quiet: bool) -> Result<i32> {
     warmstart_record::exit_like(exit)
 }
 
+/// The state directory `status` and `forget` look at; never created.
 fn store(dir: &Option<std::path::PathBuf>) -> Result<Store> {
     let d = dir
         .clone()
         .unwrap_or_else(warmstart_launch::default_state_dir);
-    Ok(Store::open(&d)?)
+    Ok(Store::at(&d))
 }
 
 pub fn daemon(args: DaemonArgs) -> Result<i32> {
@@ -110,7 +111,7 @@ pub fn status(args: StatusArgs) -> Result<i32> {
     let daemon = daemon_or_note(&args.socket);
     // The daemon's profiles, unless another state directory is asked for.
     let store = match (&args.state_dir, &daemon) {
-        (None, Some(d)) if !d.state_dir.as_os_str().is_empty() => Store::open(&d.state_dir)?,
+        (None, Some(d)) if !d.state_dir.as_os_str().is_empty() => Store::at(&d.state_dir),
         _ => store(&args.state_dir)?,
     };
     let profiles = store.list();
