@@ -301,11 +301,12 @@ pub struct DaemonArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct StatusArgs {
+    /// The state directory to list [default: the daemon's, else `state_dir` of the config for root, else the user's].
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
-    /// The daemon's control socket.
-    #[arg(long, value_name = "PATH", default_value = "/run/warmstart.sock")]
-    pub socket: PathBuf,
+    /// The daemon's control socket [default: `socket` of /etc/warmstart/config.toml, else /run/warmstart.sock].
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
     /// Print one JSON document: `{"daemon": STATUS or null, "profiles": [...]}`.
     #[arg(long)]
     pub json: bool,
@@ -319,11 +320,12 @@ pub struct ForgetArgs {
     /// Forget every profile.
     #[arg(long)]
     pub all: bool,
+    /// The state directory [default: the daemon's, else `state_dir` of the config for root, else the user's].
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
-    /// The daemon's control socket (used when the daemon runs).
-    #[arg(long, value_name = "PATH", default_value = "/run/warmstart.sock")]
-    pub socket: PathBuf,
+    /// The daemon's control socket [default: `socket` of /etc/warmstart/config.toml, else /run/warmstart.sock].
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -331,9 +333,9 @@ pub struct LearnArgs {
     /// Take PROGRAM off the daemon's learn list instead (its profiles stay).
     #[arg(long)]
     pub remove: bool,
-    /// The daemon's control socket.
-    #[arg(long, value_name = "PATH", default_value = "/run/warmstart.sock")]
-    pub socket: PathBuf,
+    /// The daemon's control socket [default: `socket` of /etc/warmstart/config.toml, else /run/warmstart.sock].
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
     /// The program (looked up in PATH) and its arguments.
     #[arg(
         required = true,

@@ -82,12 +82,33 @@ pub fn run(args: RunArgs, quiet: bool) -> Result<i32> {
     warmstart_record::exit_like(exit)
 }
 
-/// The state directory `status` and `forget` look at; never created.
+/// The state directory `status` and `forget` look at when no daemon
+/// answers: as given, else the configured one for root (where the daemon
+/// keeps it), else the user's; never created.
 fn store(dir: &Option<std::path::PathBuf>) -> Result<Store> {
-    let d = dir
-        .clone()
-        .unwrap_or_else(warmstart_launch::default_state_dir);
+    let d = dir.clone().unwrap_or_else(|| {
+        // SAFETY: geteuid has no preconditions.
+        match (unsafe { libc::geteuid() }, config()) {
+            (0, Some(c)) => c.state_dir,
+            _ => warmstart_launch::default_state_dir(),
+        }
+    });
     Ok(Store::at(&d))
+}
+
+/// The daemon's configuration, if it reads; `status`, `forget` and
+/// `learn` take its socket and state directory from it.
+fn config() -> Option<DaemonConfig> {
+    DaemonConfig::load(std::path::Path::new(DEFAULT_CONFIG)).ok()
+}
+
+const DEFAULT_CONFIG: &str = "/etc/warmstart/config.toml";
+
+/// The control socket: as given, else the configured one, else the default.
+fn socket_of(arg: &Option<std::path::PathBuf>) -> std::path::PathBuf {
+    arg.clone()
+        .or_else(|| config().map(|c| c.socket))
+        .unwrap_or_else(|| DaemonConfig::default().socket)
 }
 
 pub fn daemon(args: DaemonArgs) -> Result<i32> {
@@ -108,7 +129,7 @@ pub fn daemon(args: DaemonArgs) -> Result<i32> {
 }
 
 pub fn status(args: StatusArgs) -> Result<i32> {
-    let daemon = daemon_or_note(&args.socket);
+    let daemon = daemon_or_note(&socket_of(&args.socket));
     // The daemon's profiles, unless another state directory is asked for.
     let store = match (&args.state_dir, &daemon) {
         (None, Some(d)) if !d.state_dir.as_os_str().is_empty() => Store::at(&d.state_dir),
@@ -217,7 +238,8 @@ fn ask_daemon(socket: &std::path::Path, req: &Request) -> Result<Reply> {
 pub fn forget(args: ForgetArgs) -> Result<i32> {
     // With the daemon running on this state directory, it forgets: a
     // launch it is following would otherwise write the profile back.
-    if let Some(d) = daemon_or_note(&args.socket) {
+    let socket = socket_of(&args.socket);
+    if let Some(d) = daemon_or_note(&socket) {
         let same = args.state_dir.as_ref().is_none_or(|s| {
             std::fs::canonicalize(s).ok() == std::fs::canonicalize(&d.state_dir).ok()
         });
@@ -226,7 +248,7 @@ pub fn forget(args: ForgetArgs) -> Result<i32> {
                 names: args.profile.iter().cloned().collect(),
                 all: args.all,
             };
-            let Reply::Forgot { forgotten, missing } = ask_daemon(&args.socket, &req)? else {
+            let Reply::Forgot { forgotten, missing } = ask_daemon(&socket, &req)? else {
                 anyhow::bail!("the daemon answered something else than what was forgotten");
             };
             for n in &forgotten {
@@ -306,7 +328,7 @@ pub fn learn(args: LearnArgs) -> Result<i32> {
             key,
             was_listed,
             policy_allows,
-        } = ask_daemon(&args.socket, &req)?
+        } = ask_daemon(&socket_of(&args.socket), &req)?
         else {
             anyhow::bail!("the daemon answered something else than the learn list");
         };
@@ -330,7 +352,7 @@ pub fn learn(args: LearnArgs) -> Result<i32> {
         key,
         reset,
         nrawseq,
-    } = ask_daemon(&args.socket, &req)?
+    } = ask_daemon(&socket_of(&args.socket), &req)?
     else {
         anyhow::bail!("the daemon answered something else than what it learns");
     };
