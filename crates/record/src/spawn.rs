@@ -289,7 +289,7 @@ impl Running {
             ) {
                 Ok(WaitStatus::Exited(_, code)) => self.exit = Some(Exit::Code(code)),
                 Ok(WaitStatus::Signaled(_, sig, _)) => self.exit = Some(Exit::Signal(sig as i32)),
-                Ok(WaitStatus::Stopped(..)) => stop_like_child(),
+                Ok(WaitStatus::Stopped(_, sig)) => stop_like_child(sig as i32),
                 Ok(_) => {}
                 Err(nix::errno::Errno::EINTR) => continue,
                 Err(e) => return Err(e.into()),
@@ -307,7 +307,7 @@ impl Running {
             match waitpid(self.pid, Some(WaitPidFlag::WUNTRACED)) {
                 Ok(WaitStatus::Exited(_, code)) => self.exit = Some(Exit::Code(code)),
                 Ok(WaitStatus::Signaled(_, sig, _)) => self.exit = Some(Exit::Signal(sig as i32)),
-                Ok(WaitStatus::Stopped(..)) => stop_like_child(),
+                Ok(WaitStatus::Stopped(_, sig)) => stop_like_child(sig as i32),
                 Ok(_) | Err(nix::errno::Errno::EINTR) => {}
                 Err(e) => return Err(e.into()),
             }
@@ -322,13 +322,30 @@ impl Running {
     }
 }
 
-/// The command stopped (it stopped itself, or was sent SIGTSTP, SIGTTIN
-/// or SIGTTOU alone): the wrapper stops too, so the shell sees its job
-/// stopped and gives the terminal back. `fg` or `bg` continues the whole
-/// process group, the command with it.
-fn stop_like_child() {
-    // SAFETY: kill on our own pid has no memory-safety preconditions.
-    unsafe { libc::kill(libc::getpid(), libc::SIGSTOP) };
+/// The command stopped for job control (it stopped itself with SIGTSTP,
+/// or a background read or write of the terminal stopped it): with a
+/// terminal, a shell is waiting for the job, so the wrapper stops too and
+/// the shell gets its terminal back; `fg` or `bg` continues the whole
+/// process group. Any other stop (SIGSTOP from `top`, a debugger), or
+/// none of that without a terminal, is left alone: nobody would continue
+/// the wrapper, and it would never report the command's exit.
+fn stop_like_child(sig: i32) {
+    if !matches!(sig, libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU) {
+        return;
+    }
+    // SAFETY: open/close of /dev/tty and kill on our own pid have no
+    // memory-safety preconditions.
+    unsafe {
+        let tty = libc::open(
+            c"/dev/tty".as_ptr(),
+            libc::O_RDONLY | libc::O_NOCTTY | libc::O_CLOEXEC,
+        );
+        if tty < 0 {
+            return;
+        }
+        libc::close(tty);
+        libc::kill(libc::getpid(), libc::SIGSTOP);
+    }
 }
 
 /// Signals the wrapper watches while the command runs. The command shares
@@ -407,7 +424,19 @@ impl SignalForwarder {
 /// Sent by a process (to the wrapper alone, presumably), not by the kernel
 /// to the whole process group.
 fn forwarded(origin: &Origin) -> bool {
-    !matches!(origin.cause, Cause::Kernel)
+    if matches!(origin.cause, Cause::Kernel) {
+        return false;
+    }
+    // A process of our own group other than our parent (the command,
+    // suspending itself the way vim does with kill(0, SIGTSTP)) has
+    // signalled the group already. Our parent is asked for: a script's
+    // `kill $!` is meant for the command.
+    // SAFETY: getpgid, getpgrp and getppid have no memory-safety
+    // preconditions.
+    let from_the_group = origin.process.as_ref().is_some_and(|p| unsafe {
+        p.pid != libc::getppid() && libc::getpgid(p.pid) == libc::getpgrp()
+    });
+    !from_the_group
 }
 
 /// Stops background signal forwarding when dropped.
