@@ -229,7 +229,10 @@ fn script_of<'a>(exe: &str, argv: &'a [String]) -> Option<(&'a str, bool)> {
 /// every script it runs, on the learn list).
 pub fn missing_script(exe: &str, argv: &[String], cwd: &Path) -> Option<String> {
     let (script, java) = script_of(exe, argv)?;
-    (!java && !cwd.join(script).exists()).then(|| script.to_string())
+    // Only what names a file: the value of an option (`python3 -X
+    // importtime app.py`) may come first and is no script.
+    let file_like = script.contains('/') || script.contains('.');
+    (!java && file_like && !cwd.join(script).exists()).then(|| script.to_string())
 }
 
 /// What `warmstart status` shows about the daemon.
@@ -746,8 +749,8 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
     // Two daemons would trace everything twice and fight over profiles:
     // one per state directory and one per socket, held until exit (a
     // status query alone let two daemons started together both run).
-    let _state_lock = lock_exclusive(&store.root().join("daemon.lock"))?;
-    let _socket_lock = lock_exclusive(&lock_path(&dcfg.socket))?;
+    let _state_lock = lock_exclusive(store.root(), true)?;
+    let _socket_lock = lock_exclusive(&lock_path(&dcfg.socket), false)?;
     if let Some(other) = query(&dcfg.socket) {
         return Err(Error::io(
             &dcfg.socket,
@@ -757,11 +760,6 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
             ),
         ));
     }
-    let rec = warmstart_bpf::Recorder::start(warmstart_bpf::Options {
-        watch_exec: true,
-        ..Default::default()
-    })
-    .map_err(warmstart_record::Error::from)?;
     let me = std::process::id();
     let mut status = DaemonStatus {
         pid: me,
@@ -785,9 +783,20 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
     load_cache(&shared, &store, log);
     (status.profiles_in_memory, status.plans_in_memory) = shared.cache.counts();
     *shared.status.lock().unwrap_or_else(|e| e.into_inner()) = status.clone();
+    // Execs are watched from here on, with the plans at hand: events of a
+    // slow start-up (a cold cache at boot) are not left queued behind it.
+    let rec = warmstart_bpf::Recorder::start(warmstart_bpf::Options {
+        watch_exec: true,
+        ..Default::default()
+    })
+    .map_err(warmstart_record::Error::from)?;
     let listener = bind_root_only(&dcfg.socket)?;
     let our_socket = socket_ino(&dcfg.socket);
-    let listener_fd = std::os::fd::AsRawFd::as_raw_fd(&listener);
+    // Kept here, so that shutting the socket down at exit never hits a
+    // descriptor the control thread has closed and the number reused.
+    let wake = listener
+        .try_clone()
+        .map_err(|e| Error::io(&dcfg.socket, e))?;
     let (check, jobs) = std::sync::mpsc::channel();
     let checker = {
         let (shared, store) = (Arc::clone(&shared), store.clone());
@@ -1173,9 +1182,8 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
     // path was removed or taken meanwhile.
     shared.status.lock().unwrap_or_else(|e| e.into_inner()).pid = 0;
     let _ = std::os::unix::net::UnixStream::connect(&dcfg.socket);
-    // SAFETY: shutdown on the listener's descriptor, which the control
-    // thread keeps open until it returns.
-    unsafe { libc::shutdown(listener_fd, libc::SHUT_RDWR) };
+    // SAFETY: shutdown on a descriptor this thread owns.
+    unsafe { libc::shutdown(std::os::fd::AsRawFd::as_raw_fd(&wake), libc::SHUT_RDWR) };
     let _ = control.join();
     drop(check);
     let _ = checker.join();
@@ -1352,18 +1360,24 @@ fn lock_path(socket: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// Takes an exclusive `flock` on `path` (created if missing), or says which
-/// daemon holds it. The lock goes with the returned file.
-fn lock_exclusive(path: &Path) -> Result<std::fs::File, Error> {
+/// Takes an exclusive `flock` on `path`, or says another daemon holds it:
+/// the state directory itself (`dir`: nothing is created, so a read-only
+/// one still serves its plans), or a lock file, created if missing and
+/// never through a symlink. The lock goes with the returned file.
+fn lock_exclusive(path: &Path, dir: bool) -> Result<std::fs::File, Error> {
     use std::os::fd::AsRawFd;
     use std::os::unix::fs::OpenOptionsExt;
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| Error::io(path, e))?;
+    let mut o = std::fs::OpenOptions::new();
+    if dir {
+        o.read(true).custom_flags(libc::O_DIRECTORY);
+    } else {
+        o.create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW);
+    }
+    let f = o.open(path).map_err(|e| Error::io(path, e))?;
     // SAFETY: flock on a descriptor we own.
     if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
         return Err(Error::io(

@@ -34,7 +34,7 @@ pub enum Error {
     BadName(String),
     #[error(transparent)]
     Record(#[from] warmstart_record::Error),
-    #[error("cannot start {cmd:?}")]
+    #[error("cannot start {cmd:?}: {source}")]
     Spawn {
         cmd: String,
         #[source]

@@ -89,7 +89,7 @@ pub enum FormatError {
         expected: u32,
         actual: u32,
     },
-    #[error("{kind} is corrupt: its contents do not decode")]
+    #[error("{kind} is corrupt: its contents do not decode: {source}")]
     Decode {
         kind: Kind,
         #[source]

@@ -80,9 +80,11 @@ pub(crate) fn range_limit(size: u64) -> u64 {
     }
 }
 
-/// The largest metadata range a plan or trace may hold (merged block
-/// requests; a whole launch's metadata is a few MiB).
-pub const MAX_META_RANGE: u64 = 256 << 20;
+/// The largest metadata range a plan or trace may hold: far beyond a
+/// launch's metadata (a few MiB), and beyond a launch that reads a raw
+/// block device (`dd if=/dev/sdX` is recorded as metadata), but small
+/// enough that replaying a forged one cannot take long.
+pub const MAX_META_RANGE: u64 = 1 << 40;
 
 impl Plan {
     pub fn to_bytes(&self) -> Vec<u8> {

@@ -30,7 +30,7 @@ pub enum Error {
     Bpf(#[from] warmstart_bpf::Error),
     #[error("tracefs backend unavailable: {0}")]
     Tracefs(String),
-    #[error("cannot start {cmd:?}")]
+    #[error("cannot start {cmd:?}: {source}")]
     Spawn {
         cmd: String,
         #[source]

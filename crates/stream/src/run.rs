@@ -130,7 +130,7 @@ pub enum Error {
     Record(#[from] warmstart_record::Error),
     #[error(transparent)]
     Bpf(#[from] warmstart_bpf::Error),
-    #[error("cannot start {cmd:?}")]
+    #[error("cannot start {cmd:?}: {source}")]
     Spawn {
         cmd: String,
         #[source]
