@@ -32,9 +32,24 @@ fn main() {
         Err(err) if is_broken_pipe(&err) => std::process::exit(141),
         Err(err) => {
             eprintln!("warmstart: {}", describe(&err));
-            std::process::exit(2);
+            std::process::exit(shell_code(&err).unwrap_or(2));
         }
     }
+}
+
+/// For a command `run`, `record` or `stream` could not start, the status
+/// a shell reports: 127 not found, 126 not runnable.
+fn shell_code(err: &anyhow::Error) -> Option<i32> {
+    err.downcast_ref::<warmstart_launch::Error>()
+        .and_then(warmstart_launch::Error::shell_code)
+        .or_else(|| {
+            err.downcast_ref::<warmstart_record::Error>()
+                .and_then(warmstart_record::Error::shell_code)
+        })
+        .or_else(|| {
+            err.downcast_ref::<warmstart_stream::Error>()
+                .and_then(warmstart_stream::Error::shell_code)
+        })
 }
 
 /// The error and its causes in one line, like `{:#}`, but a cause whose

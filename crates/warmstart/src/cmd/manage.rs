@@ -39,17 +39,7 @@ pub fn run(args: RunArgs, quiet: bool) -> Result<i32> {
     if let Some(w) = warmstart_replay::unusable_cpus(&cfg.replay.cpus).filter(|_| !quiet) {
         eprintln!("warmstart: {w}");
     }
-    let (exit, report) = match warmstart_launch::run(&args.command, args.profile.as_deref(), &cfg) {
-        Ok(r) => r,
-        // Not found: 127, not runnable: 126, as a shell reports them.
-        Err(e) => match e.shell_code() {
-            Some(code) => {
-                eprintln!("warmstart: {}", crate::describe(&anyhow::Error::from(e)));
-                return Ok(code);
-            }
-            None => return Err(e.into()),
-        },
-    };
+    let (exit, report) = warmstart_launch::run(&args.command, args.profile.as_deref(), &cfg)?;
     if let Some(p) = &args.report {
         // The launch happened: its status is the command's, whatever
         // becomes of the report.

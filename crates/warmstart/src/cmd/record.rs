@@ -64,17 +64,7 @@ pub fn run(args: RecordArgs, quiet: bool) -> Result<i32> {
     anyhow::ensure!(!out.is_dir(), "{} is a directory", out.display());
     tempfile::tempfile_in(dir)
         .with_context(|| format!("cannot write the trace into {}", dir.display()))?;
-    let recorded = match warmstart_record::record(&args.command, &opts, |_| {}) {
-        Ok(r) => r,
-        // Not found: 127, not runnable: 126, as a shell reports them.
-        Err(e) => match e.shell_code() {
-            Some(code) => {
-                eprintln!("warmstart: {}", crate::describe(&anyhow::Error::from(e)));
-                return Ok(code);
-            }
-            None => return Err(e.into()),
-        },
-    };
+    let recorded = warmstart_record::record(&args.command, &opts, |_| {})?;
     for why in &recorded.fallbacks {
         eprintln!("warmstart: fell back from {why}");
     }

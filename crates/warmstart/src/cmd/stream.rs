@@ -24,17 +24,7 @@ pub fn run(args: StreamArgs, quiet: bool) -> Result<i32> {
             (None, report)
         }
         (None, false) => {
-            let (exit, report) = match warmstart_stream::run(&args.command, &opts) {
-                Ok(r) => r,
-                // Not found: 127, not runnable: 126, as a shell reports them.
-                Err(e) => match e.shell_code() {
-                    Some(code) => {
-                        eprintln!("warmstart: {}", crate::describe(&anyhow::Error::from(e)));
-                        return Ok(code);
-                    }
-                    None => return Err(e.into()),
-                },
-            };
+            let (exit, report) = warmstart_stream::run(&args.command, &opts)?;
             (Some(exit), report)
         }
         _ => anyhow::bail!("give exactly one of --pid PID or -- CMD…"),
