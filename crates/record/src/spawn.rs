@@ -127,33 +127,30 @@ pub fn exec_in_place<S: AsRef<OsStr>>(program: Option<&std::path::Path>, argv: &
         return nul_error();
     };
     let ptrs = c_pointers(&cargs);
-    // A file without a `#!` line is a shell script to `execvp` and to a
-    // shell: run it with /bin/sh, the file as its script.
-    let sh: Vec<CString> = [c"/bin/sh".to_owned()]
-        .into_iter()
-        .chain(path.iter().cloned())
-        .chain(cargs.iter().skip(1).cloned())
-        .collect();
-    let sh_ptrs = c_pointers(&sh);
     reset_signals_for_exec(inherited_ignored());
-    // SAFETY: `ptrs` and `sh_ptrs` are NULL-terminated arrays of pointers
-    // into `cargs` and `sh`, and `path` a C string; all outlive the calls,
-    // which return only on failure.
-    unsafe {
+    // SAFETY: `ptrs` is a NULL-terminated array of pointers into `cargs`,
+    // and `path` a C string; both outlive the calls, which return only on
+    // failure.
+    let err = unsafe {
         match &path {
-            Some(p) => {
-                libc::execv(p.as_ptr(), ptrs.as_ptr());
-                if *libc::__errno_location() == libc::ENOEXEC {
-                    libc::execv(sh[0].as_ptr(), sh_ptrs.as_ptr());
-                    *libc::__errno_location() = libc::ENOEXEC;
-                }
-            }
-            None => {
-                libc::execvp(ptrs[0], ptrs.as_ptr());
-            }
-        }
+            Some(p) => libc::execv(p.as_ptr(), ptrs.as_ptr()),
+            None => libc::execvp(ptrs[0], ptrs.as_ptr()),
+        };
+        io::Error::last_os_error()
     };
-    io::Error::last_os_error()
+    // A file without a `#!` line is a shell script to `execvp` and to a
+    // shell: run it with /bin/sh, the file as its script. (No fork here,
+    // so building the arguments only now is safe.)
+    if let (Some(p), Some(libc::ENOEXEC)) = (&path, err.raw_os_error()) {
+        let sh: Vec<CString> = [c"/bin/sh".to_owned(), p.clone()]
+            .into_iter()
+            .chain(cargs.iter().skip(1).cloned())
+            .collect();
+        let sh_ptrs = c_pointers(&sh);
+        // SAFETY: as above, for `sh` and `sh_ptrs`.
+        unsafe { libc::execv(sh[0].as_ptr(), sh_ptrs.as_ptr()) };
+    }
+    err
 }
 
 /// `argv` as C strings for exec; it must not be empty.
