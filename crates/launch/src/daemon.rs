@@ -662,7 +662,7 @@ fn check_cache(jobs: std::sync::mpsc::Receiver<Check>, shared: &Shared, store: &
 /// is reported and relearned, as when a launch finds them.
 fn refresh(shared: &Shared, store: &Store, name: &str, log: &mut dyn Write) {
     let cache = &shared.cache;
-    let prof_st = file_stamp(&store.dir(name).join("profile.json"));
+    let mut prof_st = file_stamp(&store.dir(name).join("profile.json"));
     if prof_st.is_none() {
         cache.remove(name);
         return;
@@ -686,10 +686,36 @@ fn refresh(shared: &Shared, store: &Store, name: &str, log: &mut dyn Write) {
             cache.remove(name);
             return;
         }
-        Err(e) => {
-            let _ = writeln!(log, "warmstart daemon: {e}; starting the profile over");
+        // Rebuilt from its traces and plan, so that nothing it learned is
+        // lost (as when a launch through `warmstart run` finds it).
+        Err(Error::CorruptProfile { path, why }) => {
             cache.remove(name);
-            let _ = store.forget(name);
+            match store.rebuild(name, &[], &why) {
+                Ok(p) => {
+                    let _ = writeln!(
+                        log,
+                        "warmstart daemon: {} did not parse ({why}); rebuilt {name} from its {} trace(s){}",
+                        path.display(),
+                        p.traces.len(),
+                        if p.phase == Phase::Prefetching { " and its plan" } else { "" }
+                    );
+                    prof_st = file_stamp(&store.dir(name).join("profile.json"));
+                    p
+                }
+                Err(e) => {
+                    let _ = writeln!(
+                        log,
+                        "warmstart daemon: {} did not parse ({why}), and rebuilding it failed: {e}; {name} is not prefetched",
+                        path.display()
+                    );
+                    return;
+                }
+            }
+        }
+        // Unreadable (permissions, I/O): left as it is, not prefetched.
+        Err(e) => {
+            let _ = writeln!(log, "warmstart daemon: {e}; {name} is not prefetched");
+            cache.remove(name);
             return;
         }
     };

@@ -231,35 +231,52 @@ pub fn run(
         Some(n) => n.to_string(),
         None => name_for(&canonical(program.as_deref(), &text[0]), &text),
     };
+    // No state to keep, or none that can be read: the launch still
+    // happens, unmanaged.
+    let unmanaged = |why: &dyn std::fmt::Display| -> Result<(Exit, LaunchReport), Error> {
+        eprintln!("warmstart: {why}; launching without prefetching");
+        if cfg.exec_in_place {
+            let source = warmstart_record::exec_in_place(program.as_deref(), argv);
+            return Err(Error::Spawn {
+                cmd: text.join(" "),
+                source,
+            });
+        }
+        let mut report = LaunchReport::new(&name, Phase::Ignored);
+        let exit = plain_launch(argv)?.0;
+        report.phase_after = Phase::Ignored;
+        report.exit_code = exit.shell_code();
+        report.wall_ms = start.elapsed().as_secs_f64() * 1e3;
+        Ok((exit, report))
+    };
     let store = match Store::open(&cfg.state_dir) {
         Ok(s) => s,
-        // No state to keep: the launch still happens, unmanaged.
-        Err(e) => {
-            eprintln!("warmstart: {e}; launching without prefetching");
-            if cfg.exec_in_place {
-                let source = warmstart_record::exec_in_place(program.as_deref(), argv);
-                return Err(Error::Spawn {
-                    cmd: text.join(" "),
-                    source,
-                });
-            }
-            let mut report = LaunchReport::new(&name, Phase::Ignored);
-            let exit = plain_launch(argv)?.0;
-            report.phase_after = Phase::Ignored;
-            report.exit_code = exit.shell_code();
-            report.wall_ms = start.elapsed().as_secs_f64() * 1e3;
-            return Ok((exit, report));
-        }
+        Err(e) => return unmanaged(&e),
     };
     let mut prof = match store.load(&name) {
         Ok(Some(p)) => p,
         Ok(None) => Profile::new(&name, &text),
-        // A corrupt profile must not stop the launch: start it over.
-        Err(e) => {
-            eprintln!("warmstart: {e}; starting the profile over");
-            let _ = store.forget(&name);
-            Profile::new(&name, &text)
-        }
+        // A corrupt profile must neither stop the launch nor lose what the
+        // profile learned: it is rebuilt from its traces and plan.
+        Err(Error::CorruptProfile { path, why }) => match store.rebuild(&name, &text, &why) {
+            Ok(p) => {
+                eprintln!(
+                    "warmstart: {} did not parse ({why}); rebuilt the profile from its {} trace(s){}",
+                    path.display(),
+                    p.traces.len(),
+                    if p.phase == Phase::Prefetching { " and its plan" } else { "" }
+                );
+                p
+            }
+            Err(e) => {
+                return unmanaged(&format!(
+                    "{} did not parse ({why}), and rebuilding it failed: {e}",
+                    path.display()
+                ))
+            }
+        },
+        // Unreadable (permissions, I/O): left as it is.
+        Err(e) => return unmanaged(&e),
     };
     let mut report = LaunchReport::new(&name, prof.phase);
     prof.launches += 1;

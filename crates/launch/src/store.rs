@@ -243,6 +243,57 @@ impl Store {
             .collect()
     }
 
+    /// Rebuilds a profile whose `profile.json` does not parse (`why`) from
+    /// what its directory still holds, so that nothing it learned is lost:
+    /// its traces are listed again, and a plan that still decodes puts it
+    /// back to prefetching. The unreadable file is kept beside it as
+    /// `profile.json.corrupt`. `command` is used when the plan does not
+    /// name one. The counters (launches, audits) start over.
+    pub fn rebuild(&self, name: &str, command: &[String], why: &str) -> Result<Profile, Error> {
+        if !valid_name(name) {
+            return Err(Error::BadName(name.to_string()));
+        }
+        let dir = self.dir(name);
+        let json = dir.join("profile.json");
+        let kept = dir.join("profile.json.corrupt");
+        std::fs::rename(&json, &kept).map_err(|e| Error::io(&json, e))?;
+        let mut traces: Vec<(u64, String)> = std::fs::read_dir(&dir)
+            .map_err(|e| Error::io(&dir, e))?
+            .flatten()
+            .filter_map(|e| {
+                let n = e.file_name().into_string().ok()?;
+                let i = n.strip_prefix("trace-")?.parse::<u64>().ok()?;
+                e.file_type().ok()?.is_file().then_some((i, n))
+            })
+            .collect();
+        traces.sort();
+        let mut prof = Profile::new(name, command);
+        prof.next_trace = traces.last().map_or(0, |(i, _)| i + 1);
+        prof.traces = traces.into_iter().map(|(_, n)| n).collect();
+        let plan = std::fs::read(self.plan_path(name))
+            .ok()
+            .and_then(|b| Some((b.len() as u64, warmstart_plan::Plan::from_bytes(&b).ok()?)));
+        if let Some((len, plan)) = plan {
+            prof.phase = Phase::Prefetching;
+            prof.plan_bytes = Some(len);
+            if !plan.meta.command.is_empty() {
+                prof.command = plan.meta.command;
+            }
+        }
+        prof.note = Some(format!(
+            "rebuilt from {} trace(s){}: profile.json was unreadable ({why}), kept as {}",
+            prof.traces.len(),
+            if prof.phase == Phase::Prefetching {
+                " and the plan"
+            } else {
+                ""
+            },
+            kept.display()
+        ));
+        self.save(&mut prof)?;
+        Ok(prof)
+    }
+
     /// Removes a profile and everything it learned. Only a profile's name:
     /// an absolute path or `..` would name a directory outside the store.
     pub fn forget(&self, name: &str) -> Result<bool, Error> {
@@ -370,6 +421,67 @@ mod tests {
         assert_eq!(s.load("app-1").unwrap().unwrap().launches, 5);
         s.count_launch_in_place("app-1").unwrap();
         assert_eq!(s.load("app-1").unwrap().unwrap().launches, 6);
+    }
+
+    #[test]
+    fn a_profile_that_does_not_parse_is_rebuilt_from_its_traces_and_plan() {
+        use warmstart_plan::plan::{PlanFile, PlanMeta};
+        let d = tempfile::tempdir().unwrap();
+        let s = Store::open(d.path()).unwrap();
+        let dir = s.dir("app-1");
+        std::fs::create_dir_all(&dir).unwrap();
+        for t in ["trace-7", "trace-3", "trace-x", "trace-11"] {
+            std::fs::write(dir.join(t), b"a trace").unwrap();
+        }
+        std::fs::write(dir.join("profile.json"), b"{\"name\": \"app-1\", trunc").unwrap();
+        // Traces only: back to learning, with each trace listed in order.
+        let Err(Error::CorruptProfile { why, .. }) = s.load("app-1") else {
+            panic!("a corrupt profile.json is an error")
+        };
+        let p = s.rebuild("app-1", &["app".into()], &why).unwrap();
+        assert_eq!(p.phase, Phase::Learning);
+        assert_eq!(p.traces, ["trace-3", "trace-7", "trace-11"]);
+        assert_eq!(p.next_trace, 12);
+        assert_eq!(p.command, ["app"]);
+        assert_eq!(
+            std::fs::read(dir.join("profile.json.corrupt")).unwrap(),
+            b"{\"name\": \"app-1\", trunc"
+        );
+        assert_eq!(s.load("app-1").unwrap().unwrap(), p);
+        // With a plan that decodes: prefetching again, under its command.
+        let plan = warmstart_plan::Plan {
+            meta: PlanMeta {
+                command: vec!["/usr/bin/app".into(), "-x".into()],
+                created_unix_ms: 0,
+                traces: 2,
+                min_traces: 2,
+                passes: vec![],
+                sorted: false,
+            },
+            files: vec![PlanFile {
+                path: "/a".into(),
+                id: Default::default(),
+            }],
+            lookups: vec![],
+            entries: vec![warmstart_plan::Entry::Data {
+                file: 0,
+                offset: 0,
+                len: 4096,
+            }],
+        };
+        let bytes = plan.to_bytes();
+        std::fs::write(s.plan_path("app-1"), &bytes).unwrap();
+        std::fs::write(dir.join("profile.json"), b"").unwrap();
+        let p = s.rebuild("app-1", &[], "empty").unwrap();
+        assert_eq!(p.phase, Phase::Prefetching);
+        assert_eq!(p.plan_bytes, Some(bytes.len() as u64));
+        assert_eq!(p.command, ["/usr/bin/app", "-x"]);
+        assert!(p.note.unwrap().contains("and the plan"));
+        // A plan that does not decode is left for the next compile.
+        std::fs::write(s.plan_path("app-1"), b"junk").unwrap();
+        std::fs::write(dir.join("profile.json"), b"[]").unwrap();
+        assert_eq!(s.rebuild("app-1", &[], "x").unwrap().phase, Phase::Learning);
+        assert!(s.rebuild("../x", &[], "x").is_err());
     }
 
     #[test]

@@ -674,6 +674,10 @@ fn root_daemon_learn_forget_restart_crash_and_exec_chains() {
         "the launch ran to its end"
     );
 
+    // A profile.json that no longer parses is rebuilt at the start from
+    // its traces and plan, not dropped (its counters start over).
+    std::fs::write(child_prof.join("profile.json"), b"{\"name\": tru").unwrap();
+
     // Restarted, the daemon has its profiles and its learn list.
     let d = Daemon::restart(work.path(), config);
     let mut status = serde_json::Value::Null;
@@ -727,10 +731,13 @@ fn root_daemon_learn_forget_restart_crash_and_exec_chains() {
         last("plans in memory") < last("control socket"),
         "the socket was opened before the plans were loaded:\n{log}"
     );
+    assert!(log.contains("rebuilt"), "{log}");
     assert_eq!(
         json(&child_prof.join("profile.json"))["phase"],
         "prefetching"
     );
+    assert!(child_prof.join("profile.json.corrupt").exists());
+    child_count = launches(&child_prof);
     let before = launches(&other_prof);
     fs.evict();
     run_ok(Command::new(&other).arg("run").arg(&fs.mnt));

@@ -282,6 +282,57 @@ fn root_run_rejects_bad_plans_and_still_launches() {
     }
 }
 
+/// A profile.json that does not parse loses nothing: the profile is
+/// rebuilt from its traces and plan, and the launch goes on with them.
+#[test]
+fn root_run_rebuilds_a_profile_that_does_not_parse() {
+    if !require_root("root_run_rebuilds_a_profile_that_does_not_parse") {
+        return;
+    }
+    let state = tempfile::tempdir().unwrap();
+    let rep = state.path().join("report.json");
+    let cmd = ["python3", "-c", "import json, email; print('ran')"];
+    let dir = state.path().join("profiles/py2");
+    let launch = || {
+        run(Command::new(warmstart())
+            .args(["run", "--state-dir"])
+            .arg(state.path())
+            .args(["--profile", "py2", "--report"])
+            .arg(&rep)
+            .arg("--")
+            .args(cmd))
+    };
+    for _ in 0..2 {
+        assert!(launch().status.success());
+    }
+    let plan = std::fs::read(dir.join("plan")).expect("a plan after two launches");
+    std::fs::write(dir.join("profile.json"), b"{\"name\": \"py2\", \"pha").unwrap();
+    let out = launch();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ran\n");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("did not parse")
+            && err.contains("rebuilt the profile from its 2 trace(s) and its plan"),
+        "{err}"
+    );
+    assert_eq!(report(&rep)["phase_before"], "prefetching");
+    assert_eq!(
+        std::fs::read(dir.join("plan")).unwrap(),
+        plan,
+        "the plan is kept"
+    );
+    assert_eq!(
+        std::fs::read(dir.join("profile.json.corrupt")).unwrap(),
+        b"{\"name\": \"py2\", \"pha",
+        "the unreadable file is kept aside"
+    );
+    let prof: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("profile.json")).unwrap()).unwrap();
+    assert_eq!(prof["phase"], "prefetching");
+    assert_eq!(prof["traces"].as_array().map(Vec::len), Some(2));
+}
+
 #[test]
 fn root_run_wrapper_is_transparent() {
     if !require_root("root_run_wrapper_is_transparent") {

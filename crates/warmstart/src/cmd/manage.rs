@@ -189,6 +189,9 @@ pub fn status(args: StatusArgs) -> Result<i32> {
                 p.plan_bytes.map(human_bytes).unwrap_or_else(|| "-".into()),
                 p.note.unwrap_or_default()
             ),
+            Err(e @ warmstart_launch::Error::CorruptProfile { .. }) => {
+                println!("! {e} (its next launch rebuilds it from its traces and plan)")
+            }
             Err(e) => println!("! {e}"),
         }
     }
