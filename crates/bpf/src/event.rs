@@ -26,6 +26,8 @@ pub enum PathOpKind {
     Stat,
     Access,
     Readlink,
+    /// An exec that failed (a PATH search's misses).
+    Exec,
 }
 
 /// A path resolved in the kernel, basename first.
@@ -285,7 +287,9 @@ impl Event {
                     1 => PathOpKind::Open,
                     2 => PathOpKind::Stat,
                     3 => PathOpKind::Access,
-                    _ => PathOpKind::Readlink,
+                    4 => PathOpKind::Readlink,
+                    5 => PathOpKind::Exec,
+                    _ => return None,
                 };
                 Some(Event::PathOp {
                     tgid,

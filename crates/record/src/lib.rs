@@ -367,6 +367,7 @@ impl Aggregator {
                     PathOpKind::Stat => NsOpKind::Stat,
                     PathOpKind::Access => NsOpKind::Access,
                     PathOpKind::Readlink => NsOpKind::Readlink,
+                    PathOpKind::Exec => NsOpKind::Exec,
                 };
                 // Relative lookups are taken against the launch's working
                 // directory: the event does not carry the dirfd's path.

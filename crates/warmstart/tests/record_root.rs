@@ -225,6 +225,45 @@ fn root_record_real_python_resolves_paths() {
         "negative lookups recorded"
     );
 
+    // The misses of a PATH search are lookups too (execvp tries each
+    // directory in turn); the exec that succeeds is recorded once.
+    let search = work.path().join("search.trace");
+    let missing = work.path().join("not-here");
+    run_ok(
+        Command::new(warmstart())
+            .arg("record")
+            .arg("-o")
+            .arg(&search)
+            .env("PATH", format!("{}:/usr/bin", missing.display()))
+            .args(["--", "/usr/bin/env", "python3", "-c", "pass"]),
+    );
+    let t = show_json(&search);
+    let execs: Vec<(String, i64)> = t["namespace_ops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["op"] == "exec")
+        .map(|o| {
+            (
+                o["path"].as_str().unwrap().to_string(),
+                o["result"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    let miss = format!("{}/python3", missing.display());
+    assert!(
+        execs.iter().any(|(p, r)| *p == miss && *r < 0),
+        "the PATH search's miss: {execs:?}"
+    );
+    assert_eq!(
+        execs
+            .iter()
+            .filter(|(p, _)| p.ends_with("/python3.11") || p == "/usr/bin/python3")
+            .count(),
+        1,
+        "{execs:?}"
+    );
+
     // A reader that stops reading ends `show` quietly, as SIGPIPE would.
     let mut show = Command::new(warmstart())
         .args(["show", "--format", "csv"])

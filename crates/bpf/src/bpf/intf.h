@@ -31,6 +31,7 @@ enum pathop_kind {
 	PATHOP_STAT = 2,
 	PATHOP_ACCESS = 3,
 	PATHOP_READLINK = 4,
+	PATHOP_EXEC = 5, /* execve/execveat: only failed ones are emitted */
 };
 
 struct ev_hdr {

@@ -590,6 +590,14 @@ static __always_inline int path_exit(long ret)
 		emit_file(EV_OPEN, fd_file(ret), WAKE_LATER);
 		return 0;
 	}
+	/*
+	 * An exec that succeeded comes as EV_EXEC; its path pointer belonged
+	 * to the old image. A failed one is a lookup like any other: a PATH
+	 * search (execvp) tries each directory in turn, and on a cold cache
+	 * each miss reads that directory from the disk.
+	 */
+	if (op == PATHOP_EXEC && ret >= 0)
+		return 0;
 	struct ev_pathop *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
 		count_drop();
@@ -626,6 +634,7 @@ static __always_inline int path_exit(long ret)
 #define NR_readlinkat 267
 #define NR_faccessat 269
 #define NR_statx 332
+#define NR_execveat 322
 #else /* asm-generic numbering (arm64, riscv) has no legacy path syscalls */
 #define NR_open -1
 #define NR_stat -2
@@ -639,6 +648,7 @@ static __always_inline int path_exit(long ret)
 #define NR_readlinkat 78
 #define NR_faccessat 48
 #define NR_statx 291
+#define NR_execveat 281
 #endif
 #define NR_openat2 437
 #define NR_faccessat2 439
@@ -646,13 +656,15 @@ static __always_inline int path_exit(long ret)
 SEC("tp_btf/sys_enter")
 int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 {
-	if (watch_exec && id == NR_execve) {
+	if (watch_exec && id == NR_execve)
 		exec_start(regs);
-		return 0;
-	}
 	if (!trace_namespace || !is_recorded())
 		return 0;
 	switch (id) {
+	case NR_execve:
+		return path_enter(PT_REGS_PARM1_CORE_SYSCALL(regs), PATHOP_EXEC);
+	case NR_execveat:
+		return path_enter(PT_REGS_PARM2_CORE_SYSCALL(regs), PATHOP_EXEC);
 	case NR_open:
 		return path_enter(PT_REGS_PARM1_CORE_SYSCALL(regs), PATHOP_OPEN);
 	case NR_openat:
