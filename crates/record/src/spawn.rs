@@ -373,9 +373,43 @@ const FORWARDED: [(i32, bool); 10] = [
     (libc::SIGTSTP, false),
 ];
 
+/// Signals whose default action the wrapper takes again once nothing is
+/// forwarded any more: Ctrl-C or Ctrl-Z during the work after the command
+/// ended (judging the launch, compiling a plan) must not be swallowed.
+const DEFAULT_WHEN_DONE: [i32; 5] = [
+    libc::SIGINT,
+    libc::SIGQUIT,
+    libc::SIGTERM,
+    libc::SIGHUP,
+    libc::SIGTSTP,
+];
+
+/// Set while nothing is forwarded: the signals of [`DEFAULT_WHEN_DONE`]
+/// then act as if never caught (terminate, or stop). Registered once per
+/// process; `signal-hook` never uninstalls its handler, so without this a
+/// dropped forwarder would leave those signals ignored.
+fn forwarding_over() -> io::Result<&'static std::sync::Arc<std::sync::atomic::AtomicBool>> {
+    use std::sync::atomic::AtomicBool;
+    use std::sync::{Arc, OnceLock};
+    static FLAG: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+    if let Some(f) = FLAG.get() {
+        return Ok(f);
+    }
+    let flag = Arc::new(AtomicBool::new(false));
+    let ignored = inherited_ignored();
+    for sig in DEFAULT_WHEN_DONE
+        .into_iter()
+        .filter(|&sig| ignored & (1 << sig) == 0)
+    {
+        signal_hook::flag::register_conditional_default(sig, Arc::clone(&flag))?;
+    }
+    Ok(FLAG.get_or_init(|| flag))
+}
+
 impl SignalForwarder {
     pub fn install() -> io::Result<SignalForwarder> {
         let ignored = inherited_ignored();
+        forwarding_over()?.store(false, std::sync::atomic::Ordering::SeqCst);
         let signals = SignalsInfo::<WithOrigin>::new(
             FORWARDED
                 .iter()
@@ -451,6 +485,15 @@ impl Drop for ForwardGuard {
     }
 }
 
+impl Drop for SignalForwarder {
+    fn drop(&mut self) {
+        // The command is gone: the wrapper's own default actions again.
+        if let Ok(f) = forwarding_over() {
+            f.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+}
+
 /// Ends the wrapper the way the child ended, so the caller's shell sees
 /// the same status: re-raise a fatal signal, or exit with the code.
 pub fn exit_like(exit: Exit) -> ! {
@@ -506,6 +549,58 @@ mod tests {
         let line = std::fs::read_to_string(&out).unwrap();
         let mask = u64::from_str_radix(line.split_whitespace().nth(1).unwrap(), 16).unwrap();
         assert_eq!(mask & (1 << (libc::SIGPIPE - 1)), 0, "{line}");
+    }
+
+    /// Run in a process of its own (below): forwards while a command
+    /// runs, then takes a signal the way a wrapper still at work would.
+    fn signal_after_forwarding(sig: i32) -> ! {
+        let argv = vec!["true".to_string()];
+        let held = HeldChild::spawn(&argv).unwrap();
+        let signals = SignalForwarder::install().unwrap();
+        let mut running = held.release().unwrap();
+        let guard = signals.forward_in_background(running.pid());
+        running.wait().unwrap();
+        drop(guard);
+        // SAFETY: raising a signal on ourselves.
+        unsafe { libc::raise(sig) };
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        std::process::exit(0)
+    }
+
+    #[test]
+    fn signals_act_again_once_the_command_is_gone() {
+        if let Ok(sig) = std::env::var("WS_TEST_SIGNAL_AFTER") {
+            signal_after_forwarding(sig.parse().unwrap());
+        }
+        use std::os::unix::process::ExitStatusExt;
+        for (sig, stopped) in [
+            (libc::SIGINT, false),
+            (libc::SIGTERM, false),
+            (libc::SIGTSTP, true),
+        ] {
+            let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "spawn::tests::signals_act_again_once_the_command_is_gone",
+                ])
+                .env("WS_TEST_SIGNAL_AFTER", sig.to_string())
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap();
+            let pid = Pid::from_raw(child.id() as i32);
+            if stopped {
+                // Ctrl-Z stops the wrapper (as SIGSTOP), and it goes on.
+                let st = waitpid(pid, Some(WaitPidFlag::WUNTRACED)).unwrap();
+                assert!(matches!(st, WaitStatus::Stopped(..)), "{st:?}");
+                kill(pid, Signal::SIGCONT).unwrap();
+            }
+            let st = child.wait().unwrap();
+            if stopped {
+                assert_eq!(st.code(), Some(0), "{st:?}");
+            } else {
+                assert_eq!(st.signal(), Some(sig), "signal {sig}: {st:?}");
+            }
+        }
     }
 
     #[test]
