@@ -98,7 +98,8 @@ pub enum Command {
         warmstart daemon --config /etc/warmstart/config.toml\n  \
         systemctl enable --now warmstart                   # after `make install`\n\n\
         Policy lives in /etc/warmstart/config.toml (see docs/daemon.md). Launches with a plan are\n\
-        prefetched from their exec on; others are learned in the background.")]
+        prefetched from their exec on; others are learned in the background. SIGTERM or Ctrl-C\n\
+        stops the daemon; SIGHUP (`systemctl reload warmstart`) reads the configuration again.")]
     Daemon(DaemonArgs),
     /// Measure launch times like the papers: cold, warm, peers and warmstart, side by side.
     Bench(Box<warmstart_bench::BenchArgs>),

@@ -732,6 +732,33 @@ fn root_daemon_learn_forget_restart_crash_and_exec_chains() {
         "the socket was opened before the plans were loaded:\n{log}"
     );
     assert!(log.contains("rebuilt"), "{log}");
+
+    // SIGHUP reads the configuration again, in the same process; an
+    // invalid one is refused and the daemon goes on as it was.
+    let good = std::fs::read_to_string(&d.config).unwrap();
+    let reloads = |what: &str, n: usize| {
+        wait_for(what, Duration::from_secs(20), || {
+            std::fs::read_to_string(&d.log)
+                .unwrap()
+                .matches("SIGHUP")
+                .count()
+                == n
+                && d.status()["pid"].as_u64() == Some(u64::from(d.pid()))
+        })
+    };
+    std::fs::write(&d.config, "learn = \"sometimes\"\n").unwrap();
+    // SAFETY: SIGHUP to the daemon we started.
+    unsafe { libc::kill(d.pid() as i32, libc::SIGHUP) };
+    reloads("the daemon after an invalid reload", 1);
+    std::fs::write(&d.config, &good).unwrap();
+    // SAFETY: as above.
+    unsafe { libc::kill(d.pid() as i32, libc::SIGHUP) };
+    reloads("the daemon after a reload", 2);
+    let log = std::fs::read_to_string(&d.log).unwrap();
+    assert!(
+        log.contains("invalid configuration") && log.contains("read again"),
+        "{log}"
+    );
     assert_eq!(
         json(&child_prof.join("profile.json"))["phase"],
         "prefetching"

@@ -5,7 +5,7 @@
 use anyhow::{Context, Result};
 use warmstart_launch::{Config, Store, Strategy, StrategyChoice};
 
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use warmstart_launch::daemon::{ControlError, DaemonConfig, Reply, Request};
@@ -102,20 +102,51 @@ fn socket_of(arg: &Option<std::path::PathBuf>) -> std::path::PathBuf {
 }
 
 pub fn daemon(args: DaemonArgs) -> Result<i32> {
-    let mut cfg = DaemonConfig::load(&args.config)
-        .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
-    if let Some(d) = args.state_dir {
-        cfg.state_dir = d;
-    }
-    if let Some(s) = args.socket {
-        cfg.socket = s;
-    }
+    // The command line's --state-dir and --socket win over the file's,
+    // at the start and at every reload.
+    let load = || {
+        DaemonConfig::load(&args.config).map(|mut cfg| {
+            if let Some(d) = &args.state_dir {
+                cfg.state_dir = d.clone();
+            }
+            if let Some(s) = &args.socket {
+                cfg.socket = s.clone();
+            }
+            cfg
+        })
+    };
+    let mut cfg = load().map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+    // SIGTERM and SIGINT stop the daemon; SIGHUP (`systemctl reload`)
+    // stops it too, then it starts again with the configuration read anew.
     let stop = Arc::new(AtomicBool::new(false));
+    let (term, hup) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
     for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
         signal_hook::flag::register(sig, Arc::clone(&stop))?;
+        let which = if sig == libc::SIGHUP { &hup } else { &term };
+        signal_hook::flag::register(sig, Arc::clone(which))?;
     }
-    warmstart_launch::daemon::run(&cfg, stop, &mut std::io::stderr())?;
-    Ok(0)
+    loop {
+        warmstart_launch::daemon::run(&cfg, Arc::clone(&stop), &mut std::io::stderr())?;
+        if term.load(Ordering::SeqCst) || !hup.swap(false, Ordering::SeqCst) {
+            return Ok(0);
+        }
+        stop.store(false, Ordering::SeqCst);
+        match load() {
+            Ok(new) => {
+                cfg = new;
+                eprintln!(
+                    "warmstart daemon: SIGHUP: configuration {} read again",
+                    args.config.display()
+                );
+            }
+            Err(e) => eprintln!(
+                "warmstart daemon: SIGHUP: invalid configuration ({e}); going on with the previous one"
+            ),
+        }
+    }
 }
 
 pub fn status(args: StatusArgs) -> Result<i32> {
