@@ -1329,6 +1329,15 @@ impl Realtime {
     }
 }
 
+/// Normal scheduling again when `run` returns: after a reload (SIGHUP)
+/// the next `run` starts its threads from this one, and they would
+/// inherit real-time priority for good.
+impl Drop for Realtime {
+    fn drop(&mut self) {
+        self.set(false);
+    }
+}
+
 /// Whether `tgid` runs another program than the exec event reports: it
 /// has exec'd again since (its next exec event follows).
 fn execed_again(tgid: u32, file: &warmstart_bpf::FileInfo) -> bool {

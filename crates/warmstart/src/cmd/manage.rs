@@ -128,15 +128,32 @@ pub fn daemon(args: DaemonArgs) -> Result<i32> {
         let which = if sig == libc::SIGHUP { &hup } else { &term };
         signal_hook::flag::register(sig, Arc::clone(which))?;
     }
+    // The configuration the daemon last ran with, to go back to when a
+    // reloaded one parses but cannot be started (its state directory or
+    // socket unusable).
+    let mut previous: Option<DaemonConfig> = None;
     loop {
-        warmstart_launch::daemon::run(&cfg, Arc::clone(&stop), &mut std::io::stderr())?;
+        let ran = warmstart_launch::daemon::run(&cfg, Arc::clone(&stop), &mut std::io::stderr());
+        // Cleared before `term` is read: a SIGTERM from here on stops the
+        // next run at once.
+        stop.store(false, Ordering::SeqCst);
+        match (ran, previous.take()) {
+            (Ok(()), _) => {}
+            (Err(e), Some(prev)) if !term.load(Ordering::SeqCst) => {
+                eprintln!(
+                    "warmstart daemon: the reloaded configuration cannot be used ({e}); going on with the previous one"
+                );
+                cfg = prev;
+                continue;
+            }
+            (Err(e), _) => return Err(e.into()),
+        }
         if term.load(Ordering::SeqCst) || !hup.swap(false, Ordering::SeqCst) {
             return Ok(0);
         }
-        stop.store(false, Ordering::SeqCst);
         match load() {
             Ok(new) => {
-                cfg = new;
+                previous = Some(std::mem::replace(&mut cfg, new));
                 eprintln!(
                     "warmstart daemon: SIGHUP: configuration {} read again",
                     args.config.display()
