@@ -476,6 +476,16 @@ static __always_inline struct file *fd_file(long fd)
 SEC("tp_btf/sched_process_exec")
 int BPF_PROG(handle_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
 {
+	/*
+	 * A thread other than the leader that execs takes the leader's pid:
+	 * its sys_exit no longer finds the entry path_enter() made under its
+	 * old id. Removed here, or a long-running daemon would fill the map.
+	 */
+	u64 now_id = bpf_get_current_pid_tgid();
+	if ((u32)now_id != (u32)old_pid) {
+		u64 old_id = (now_id & 0xffffffff00000000ULL) | (u32)old_pid;
+		bpf_map_delete_elem(&inflight, &old_id);
+	}
 	if (watch_exec) {
 		/* Daemon mode: every exec starts being traced at once, so a
 		 * launch to learn loses nothing; user space untracks the rest. */
