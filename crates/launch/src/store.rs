@@ -256,7 +256,14 @@ impl Store {
         let dir = self.dir(name);
         let json = dir.join("profile.json");
         let kept = dir.join("profile.json.corrupt");
-        std::fs::rename(&json, &kept).map_err(|e| Error::io(&json, e))?;
+        // Copied, not moved: until the rebuilt profile replaces it (one
+        // rename, below), a failure leaves the profile as it was.
+        let bytes = std::fs::read(&json).map_err(|e| Error::io(&json, e))?;
+        if let Ok(p) = serde_json::from_slice::<Profile>(&bytes) {
+            // Another launch rebuilt it meanwhile.
+            return Ok(p);
+        }
+        write_atomic(&kept, &bytes)?;
         let mut traces: Vec<(u64, String)> = std::fs::read_dir(&dir)
             .map_err(|e| Error::io(&dir, e))?
             .flatten()
@@ -279,6 +286,19 @@ impl Store {
             if !plan.meta.command.is_empty() {
                 prof.command = plan.meta.command;
             }
+        }
+        if prof.command.is_empty() {
+            // No plan to name it: the newest trace that decodes does.
+            prof.command = prof
+                .traces
+                .iter()
+                .rev()
+                .find_map(|t| {
+                    let b = std::fs::read(self.trace_path(name, t)).ok()?;
+                    let t = warmstart_plan::Trace::from_bytes(&b).ok()?;
+                    Some(t.meta.command)
+                })
+                .unwrap_or_default();
         }
         prof.note = Some(format!(
             "rebuilt from {} trace(s){}: profile.json was unreadable ({why}), kept as {}",
