@@ -326,12 +326,18 @@ impl Running {
 /// process group. Any other stop (SIGSTOP from `top`, a debugger), or
 /// none of that without a terminal, is left alone: nobody would continue
 /// the wrapper, and it would never report the command's exit.
+///
+/// The wrapper stops by the command's own signal at its default action,
+/// so the shell reports the same stop (Ctrl-Z: status 148, not SIGSTOP's
+/// 147), and the kernel discards it in an orphaned process group, as it
+/// did for the command. The handler `signal-hook` had there is put back
+/// once the wrapper is continued.
 fn stop_like_child(sig: i32) {
     if !matches!(sig, libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU) {
         return;
     }
-    // SAFETY: open/close of /dev/tty and kill on our own pid have no
-    // memory-safety preconditions.
+    // SAFETY: open/close of /dev/tty, sigaction with valid structs, a
+    // signal mask of this thread's own, and raise on this thread.
     unsafe {
         let tty = libc::open(
             c"/dev/tty".as_ptr(),
@@ -341,7 +347,23 @@ fn stop_like_child(sig: i32) {
             return;
         }
         libc::close(tty);
-        libc::kill(libc::getpid(), libc::SIGSTOP);
+        let mut dfl: libc::sigaction = std::mem::zeroed();
+        dfl.sa_sigaction = libc::SIG_DFL;
+        libc::sigemptyset(&mut dfl.sa_mask);
+        let mut old: libc::sigaction = std::mem::zeroed();
+        if libc::sigaction(sig, &dfl, &mut old) != 0 {
+            libc::kill(libc::getpid(), libc::SIGSTOP);
+            return;
+        }
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, sig);
+        let mut mask: libc::sigset_t = std::mem::zeroed();
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, &mut mask);
+        // Stopped here until continued.
+        libc::raise(sig);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &mask, std::ptr::null_mut());
+        libc::sigaction(sig, &old, std::ptr::null_mut());
     }
 }
 

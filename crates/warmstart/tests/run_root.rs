@@ -436,7 +436,7 @@ fn root_run_wrapper_is_transparent() {
     // wrapper stopped for ever; SIGTSTP sent to the wrapper alone stops
     // the command, and SIGCONT to the wrapper resumes it. (With a terminal
     // the wrapper also stops with a command stopped for job control, so a
-    // shell gets its terminal back; checked by hand in a pty.) Each in a
+    // shell gets its terminal back; checked below through a pty.) Each in a
     // process group of its own whose parent (this test) is outside it:
     // the kernel discards SIGTSTP in an orphaned group, which the test's
     // own group may be under `make`.
@@ -502,6 +502,46 @@ fn root_run_wrapper_is_transparent() {
     // SAFETY: as above.
     unsafe { libc::kill(child.id() as i32, libc::SIGCONT) };
     assert_eq!(child.wait().unwrap().code(), Some(4), "resumed and ended");
+    // With a terminal: Ctrl-Z in an interactive shell stops the command
+    // and the wrapper with it, reported as SIGTSTP (148) as for the
+    // command alone, and `fg` resumes both, twice. Driven through a pty.
+    let pty_script = r#"
+import os, pty, select, sys, time
+ws, state = sys.argv[1], sys.argv[2]
+pid, fd = pty.fork()
+if pid == 0:
+    os.execvp("bash", ["bash", "--norc", "--noprofile", "-i"])
+out = b""
+def rd(t):
+    global out
+    end = time.time() + t
+    while time.time() < end:
+        if select.select([fd], [], [], 0.05)[0]:
+            try:
+                out += os.read(fd, 4096)
+            except OSError:
+                return
+rd(0.5)
+cmd = f'{ws} -q run --state-dir {state} --profile pty -- sh -c "sleep 2; echo do""ne"; echo rc=$?\n'
+for keys, wait in [(cmd.encode(), 0.8), (b"\x1a", 0.8), (b"fg\n", 0.5), (b"\x1a", 0.8), (b"fg\n", 3.0)]:
+    os.write(fd, keys)
+    rd(wait)
+os.write(fd, b"exit\n")
+rd(0.3)
+sys.stdout.write(out.decode(errors="replace"))
+"#;
+    let out = run(Command::new("python3")
+        .args(["-c", pty_script])
+        .arg(warmstart())
+        .arg(state.path()));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("rc=148"),
+        "Ctrl-Z reported as SIGTSTP: {text}"
+    );
+    assert_eq!(text.matches("Stopped").count(), 2, "stopped twice: {text}");
+    assert!(text.contains("done"), "resumed to its end: {text}");
+
     // SIGTERM to the wrapper reaches the command.
     let mut child = Command::new(warmstart())
         .args(["-q", "run", "--state-dir"])
