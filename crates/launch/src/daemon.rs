@@ -278,6 +278,9 @@ pub struct DaemonStatus {
     pub learn_list: Vec<String>,
     /// Launches being recorded or prefetched right now.
     pub sessions: Vec<SessionStatus>,
+    /// The configuration in effect (the file as last read, with the
+    /// command line's `--state-dir` and `--socket`): what a reload changed.
+    pub config: Option<DaemonConfig>,
 }
 
 /// One launch the daemon is following.
@@ -790,6 +793,7 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
     let mut status = DaemonStatus {
         pid: me,
         state_dir: store.root().to_path_buf(),
+        config: Some(dcfg.clone()),
         ..Default::default()
     };
     // The control thread answers from this at once (a status of pid 0

@@ -750,10 +750,20 @@ fn root_daemon_learn_forget_restart_crash_and_exec_chains() {
     // SAFETY: SIGHUP to the daemon we started.
     unsafe { libc::kill(d.pid() as i32, libc::SIGHUP) };
     reloads("the daemon after an invalid reload", 1);
-    std::fs::write(&d.config, &good).unwrap();
+    assert_eq!(
+        d.status()["config"]["idle_s"],
+        20.0,
+        "the previous one kept"
+    );
+    std::fs::write(&d.config, good.replace("idle_s = 20.0", "idle_s = 21.0")).unwrap();
     // SAFETY: as above.
     unsafe { libc::kill(d.pid() as i32, libc::SIGHUP) };
     reloads("the daemon after a reload", 2);
+    assert_eq!(
+        d.status()["config"]["idle_s"],
+        21.0,
+        "the new one in effect"
+    );
     let log = std::fs::read_to_string(&d.log).unwrap();
     assert!(
         log.contains("invalid configuration") && log.contains("read again"),

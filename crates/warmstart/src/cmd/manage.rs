@@ -211,6 +211,21 @@ pub fn status(args: StatusArgs) -> Result<i32> {
                     d.learn_list.join(", ")
                 );
             }
+            if let Some(c) = &d.config {
+                let globs = |g: &[String]| match g.len() {
+                    0 => "none".to_string(),
+                    _ => g.join(", "),
+                };
+                println!(
+                    "  policy: learn {}; allow {}; deny {}",
+                    match c.learn {
+                        warmstart_launch::daemon::LearnMode::All => "all",
+                        warmstart_launch::daemon::LearnMode::AllowList => "allow-list",
+                    },
+                    globs(&c.allow),
+                    globs(&c.deny)
+                );
+            }
         }
     }
     if profiles.is_empty() {
