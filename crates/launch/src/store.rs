@@ -301,7 +301,7 @@ impl Store {
                 .unwrap_or_default();
         }
         prof.note = Some(format!(
-            "rebuilt from {} trace(s){}: profile.json was unreadable ({why}), kept as {}",
+            "rebuilt from {} trace(s){}: profile.json did not parse ({why}), kept as {}",
             prof.traces.len(),
             if prof.phase == Phase::Prefetching {
                 " and the plan"

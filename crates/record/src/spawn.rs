@@ -404,7 +404,7 @@ const FORWARDED: [(i32, bool); 10] = [
 const DEFAULT_WHEN_DONE: [i32; 4] = TAKEN_OVER;
 
 /// Set while nothing is forwarded: the signals of [`DEFAULT_WHEN_DONE`]
-/// then act as if never caught (terminate, or stop). Registered once per
+/// then act as if never caught (they terminate). Registered once per
 /// process; `signal-hook` never uninstalls its handler, so without this a
 /// dropped forwarder would leave those signals ignored.
 fn forwarding_over() -> io::Result<&'static std::sync::Arc<std::sync::atomic::AtomicBool>> {

@@ -736,7 +736,12 @@ fn root_daemon_learn_forget_restart_crash_and_exec_chains() {
     // SIGHUP reads the configuration again, in the same process; an
     // invalid one is refused and the daemon goes on as it was.
     let good = std::fs::read_to_string(&d.config).unwrap();
-    let reloads = |what: &str, n: usize| {
+    // Writes the configuration, sends SIGHUP, waits for the n-th reload
+    // to be logged and the daemon to answer again.
+    let reload = |config: &str, what: &str, n: usize| {
+        std::fs::write(&d.config, config).unwrap();
+        // SAFETY: SIGHUP to the daemon we started.
+        unsafe { libc::kill(d.pid() as i32, libc::SIGHUP) };
         wait_for(what, Duration::from_secs(20), || {
             std::fs::read_to_string(&d.log)
                 .unwrap()
@@ -746,19 +751,21 @@ fn root_daemon_learn_forget_restart_crash_and_exec_chains() {
                 && d.status()["pid"].as_u64() == Some(u64::from(d.pid()))
         })
     };
-    std::fs::write(&d.config, "learn = \"sometimes\"\n").unwrap();
-    // SAFETY: SIGHUP to the daemon we started.
-    unsafe { libc::kill(d.pid() as i32, libc::SIGHUP) };
-    reloads("the daemon after an invalid reload", 1);
+    reload(
+        "learn = \"sometimes\"\n",
+        "the daemon after an invalid reload",
+        1,
+    );
     assert_eq!(
         d.status()["config"]["idle_s"],
         20.0,
         "the previous one kept"
     );
-    std::fs::write(&d.config, good.replace("idle_s = 20.0", "idle_s = 21.0")).unwrap();
-    // SAFETY: as above.
-    unsafe { libc::kill(d.pid() as i32, libc::SIGHUP) };
-    reloads("the daemon after a reload", 2);
+    reload(
+        &good.replace("idle_s = 20.0", "idle_s = 21.0"),
+        "the daemon after a reload",
+        2,
+    );
     assert_eq!(
         d.status()["config"]["idle_s"],
         21.0,
