@@ -14,6 +14,7 @@
 //! [`export`], [`report`], [`plot`], [`suite`], [`timeline`], [`machine`],
 //! [`os`] (FIEMAP, mincore, process trees).
 
+pub mod demand;
 pub mod export;
 pub mod launch;
 pub mod machine;
@@ -50,12 +51,18 @@ pub const EXAMPLES: &str = "EXAMPLES:
   warmstart bench --ready 'output:Listening on' -- node server.js
   warmstart bench --ready port:8080 --prepare 'rm -rf /tmp/cache' -- ./server
   warmstart bench --suite bench/suite.toml --plot docs/img --export-csv runs.csv
+  warmstart bench --scenarios cold,warm,prefetch-only,demand,contention,run -- npm -v
 
 Scenarios (FAST §6.1.2, Paralfetch §5), run interleaved round after round:
   cold           the launch's files evicted first (the baseline)
   warm           everything cached by the previous launch
   prefetch-only  warmstart's plan replayed alone until resident (t_SSD)
-  bound          max(warm, prefetch-only) per round: the best possible
+  bound          max(warm, prefetch-only) per round (FAST's t_bound)
+  demand         warm + the longest the launch waits for its data if a free
+                 prefetcher read it in use order at the prefetch-only rate
+                 (from learning's warm trace): the best a launch-time one can do
+  contention     warm, beside a replay of the plan over private copies of its
+                 files (in /var/tmp while it runs): what the replay itself costs
   sorted         app held until a physically sorted prefetch completes (GSoC)
   fast           recorded order, one thread, beside the app (FAST)
   paralfetch     metadata shift + range merge, threaded, beside the app

@@ -20,6 +20,8 @@ fn colour(s: Scenario) -> RGBColor {
         Scenario::Warm => RGBColor(170, 170, 170),
         Scenario::PrefetchOnly => RGBColor(200, 200, 160),
         Scenario::Bound => RGBColor(225, 225, 225),
+        Scenario::Demand => RGBColor(210, 210, 190),
+        Scenario::Contention => RGBColor(205, 190, 190),
         Scenario::Sorted => RGBColor(141, 160, 203),
         Scenario::Fast => RGBColor(102, 194, 165),
         Scenario::Paralfetch => RGBColor(231, 138, 195),

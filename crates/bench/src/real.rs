@@ -122,6 +122,69 @@ pub struct RealExecutor {
     wrapped: Option<Wrapped>,
     run_learned: bool,
     daemon_learned: bool,
+    /// The `contention` scenario's plan over private copies of the plan's
+    /// files, and the directory holding them (removed when done).
+    shadow: Option<Shadow>,
+}
+
+/// warmstart's plan made over copies of its files: replaying it costs
+/// what replaying the real plan does, without warming the application.
+struct Shadow {
+    dir: std::path::PathBuf,
+    plan: Arc<Plan>,
+    files: Vec<String>,
+}
+
+impl Drop for Shadow {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Where `path` lives under `root`.
+fn under(root: &Path, path: &str) -> std::path::PathBuf {
+    root.join(path.trim_start_matches('/'))
+}
+
+/// Copies the files of `plan` under `root` and returns the plan made over
+/// the copies: same entries, same order, same sizes. Lookups go to the
+/// same names under `root`, where the directories hold only the copies
+/// (so they cost a little less than the real ones).
+fn make_shadow(plan: &Plan, root: &Path) -> Result<Shadow> {
+    let _ = std::fs::remove_dir_all(root);
+    std::fs::create_dir_all(root).with_context(|| format!("creating {}", root.display()))?;
+    let mut shadow = Shadow {
+        dir: root.to_path_buf(),
+        plan: Arc::new(plan.clone()),
+        files: Vec::new(),
+    };
+    let mut p = plan.clone();
+    for f in &mut p.files {
+        let to = under(root, &f.path);
+        if let Some(d) = to.parent() {
+            std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+        }
+        std::fs::copy(&f.path, &to)
+            .with_context(|| format!("copying {} to {}", f.path, to.display()))?;
+        let m = std::fs::metadata(&to)?;
+        f.id = warmstart_record::resolve::file_id(&m);
+        f.path = to.display().to_string();
+        shadow.files.push(f.path.clone());
+    }
+    for l in &mut p.lookups {
+        if l.path.starts_with('/') {
+            let to = under(root, &l.path);
+            if l.kind == warmstart_plan::trace::NsOpKind::DirRead {
+                let _ = std::fs::create_dir_all(&to);
+            }
+            l.path = to.display().to_string();
+        }
+    }
+    // The copies are written out before they are evicted and replayed.
+    // SAFETY: sync has no preconditions.
+    unsafe { libc::sync() };
+    shadow.plan = Arc::new(p);
+    Ok(shadow)
 }
 
 impl RealExecutor {
@@ -138,6 +201,7 @@ impl RealExecutor {
             wrapped: None,
             run_learned: false,
             daemon_learned: false,
+            shadow: None,
         }
     }
 
@@ -366,6 +430,7 @@ impl Executor for RealExecutor {
     fn learn(&mut self) -> Result<Learned> {
         let mut traces = Vec::new();
         let mut notes = Vec::new();
+        let mut demand = None;
         // A cold trace needs the files known (or every cache dropped): with
         // --evict-files the as-found launch comes first and names them.
         let order = if self.cfg.evict_files {
@@ -394,7 +459,28 @@ impl Executor for RealExecutor {
                 ));
             }
             self.absorb(&trace);
+            if cache == CacheState::AsFound {
+                demand = crate::demand::Demand::of_warm_trace(&trace, l.time);
+            }
             traces.push(trace);
+        }
+        if demand.is_none() && self.cfg.scenarios.contains(&Scenario::Demand) {
+            // The as-found launch still read from storage (a program that
+            // stays up past readiness is stopped while it still loads, so
+            // its next launch finds some pages missing): one more, warm
+            // now, for the demand alone.
+            if let Some(p) = &self.target.prepare {
+                launch::shell(p, self.target.cwd.as_deref(), "prepare")?;
+            }
+            let (trace, l, _) = self.record(CacheState::AsFound)?;
+            self.check(Scenario::Demand, &l)?;
+            demand = crate::demand::Demand::of_warm_trace(&trace, l.time);
+            if demand.is_none() {
+                notes.push(format!(
+                    "demand: no bound (two as-found recordings read from storage, the last {} of {} bytes: not warm)",
+                    trace.stats.bytes_from_storage, trace.stats.bytes
+                ));
+            }
         }
         self.warm = true;
         let phys = os::PhysicalMap::default();
@@ -426,6 +512,21 @@ impl Executor for RealExecutor {
             let plan = Arc::new(c.plan);
             if s == Scenario::Warmstart {
                 self.plans.insert(Scenario::PrefetchOnly, Arc::clone(&plan));
+                if self.cfg.scenarios.contains(&Scenario::Contention) {
+                    // On disk, as the originals are (/tmp may be memory).
+                    let root = Path::new("/var/tmp")
+                        .join(format!("warmstart-bench-shadow-{}", self.target.name));
+                    let sh = make_shadow(&plan, &root)
+                        .context("copying the plan's files for the contention scenario")?;
+                    notes.push(format!(
+                        "contention: the plan's {} files copied to {}",
+                        sh.files.len(),
+                        root.display()
+                    ));
+                    self.plans
+                        .insert(Scenario::Contention, Arc::clone(&sh.plan));
+                    self.shadow = Some(sh);
+                }
             }
             self.plans.insert(s, plan);
         }
@@ -449,6 +550,7 @@ impl Executor for RealExecutor {
             plan_bytes,
             plan_entries,
             notes,
+            demand,
         })
     }
 
@@ -463,7 +565,7 @@ impl Executor for RealExecutor {
     }
 
     fn measure(&mut self, s: Scenario) -> Result<Measurement> {
-        if s == Scenario::Warm && !self.warm {
+        if matches!(s, Scenario::Warm | Scenario::Contention) && !self.warm {
             // The cache is warm after a complete launch; prefetch-only
             // leaves only the plan's pages.
             self.warmup()?;
@@ -522,6 +624,14 @@ impl Executor for RealExecutor {
                 }
             }
             Scenario::Fast | Scenario::Paralfetch | Scenario::Warmstart => self.concurrent(s)?,
+            Scenario::Contention => {
+                let sh = self
+                    .shadow
+                    .as_ref()
+                    .context("the contention scenario's copies were not made")?;
+                evict::evict_files(sh.files.iter().map(String::as_str));
+                self.concurrent(s)?
+            }
             Scenario::Run => {
                 let target = self.target.clone();
                 let t = self.wrapped()?.run_target(&target);
@@ -578,7 +688,7 @@ impl Executor for RealExecutor {
                     ..Default::default()
                 }
             }
-            Scenario::Bound => bail!("bound is computed, not launched"),
+            Scenario::Bound | Scenario::Demand => bail!("{s} is computed, not launched"),
         };
         // Any launch leaves the cache warm; a prefetch alone does not.
         self.warm = s != Scenario::PrefetchOnly;
@@ -757,5 +867,91 @@ impl Drop for EnvGuard {
                 None => std::env::remove_var(k),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use warmstart_plan::plan::{Lookup, PlanFile, PlanMeta};
+    use warmstart_plan::trace::NsOpKind;
+    use warmstart_plan::Entry;
+
+    #[test]
+    fn shadow_plan_reads_copies_in_the_same_order() {
+        let d = tempfile::tempdir().unwrap();
+        let src = d.path().join("app");
+        std::fs::create_dir_all(src.join("lib")).unwrap();
+        let (a, b) = (src.join("bin"), src.join("lib/libx.so"));
+        std::fs::write(&a, vec![1u8; 10_000]).unwrap();
+        std::fs::write(&b, vec![2u8; 3_000]).unwrap();
+        let file = |p: &Path| PlanFile {
+            path: p.display().to_string(),
+            id: warmstart_record::resolve::file_id(&std::fs::metadata(p).unwrap()),
+        };
+        let lookup = |kind, p: &Path| Lookup {
+            kind,
+            path: p.display().to_string(),
+        };
+        let plan = Plan {
+            meta: PlanMeta {
+                command: vec!["bin".into()],
+                created_unix_ms: 0,
+                traces: 2,
+                min_traces: 2,
+                passes: Vec::new(),
+                sorted: false,
+            },
+            files: vec![file(&a), file(&b)],
+            lookups: vec![
+                lookup(NsOpKind::DirRead, &src.join("lib")),
+                lookup(NsOpKind::Stat, &src.join("missing")),
+            ],
+            entries: vec![
+                Entry::Lookup { index: 0 },
+                Entry::Data {
+                    file: 1,
+                    offset: 0,
+                    len: 4096,
+                },
+                Entry::Lookup { index: 1 },
+                Entry::Data {
+                    file: 0,
+                    offset: 0,
+                    len: 8192,
+                },
+            ],
+        };
+        let root = d.path().join("shadow");
+        let sh = make_shadow(&plan, &root).unwrap();
+        let p = &sh.plan;
+        assert_eq!(p.entries, plan.entries);
+        for (orig, copy) in plan.files.iter().zip(&p.files) {
+            assert_eq!(copy.path, under(&root, &orig.path).display().to_string());
+            assert_eq!(
+                std::fs::read(&copy.path).unwrap(),
+                std::fs::read(&orig.path).unwrap()
+            );
+            // The copy's own identity, so the replay opens it.
+            let m = std::fs::metadata(&copy.path).unwrap();
+            assert_eq!(copy.id, warmstart_record::resolve::file_id(&m));
+            assert_ne!(copy.id.ino, orig.id.ino);
+        }
+        assert_eq!(sh.files.len(), 2);
+        assert!(p
+            .lookups
+            .iter()
+            .all(|l| l.path.starts_with(&*root.to_string_lossy())));
+        assert!(Path::new(&p.lookups[0].path).is_dir());
+        assert!(!Path::new(&p.lookups[1].path).exists());
+        // A replay of the copies reads them and skips nothing.
+        let r =
+            warmstart_replay::replay(p, &ReplayOptions::default(), &RealBackend::new()).unwrap();
+        assert_eq!(r.skipped_files.len(), 0);
+        assert_eq!(r.files_opened, 2);
+        // The copies go with the shadow; the originals stay.
+        drop(sh);
+        assert!(!root.exists());
+        assert!(a.exists() && b.exists());
     }
 }

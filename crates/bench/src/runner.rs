@@ -63,6 +63,10 @@ pub struct Learned {
     pub plan_entries: Vec<(Scenario, usize, usize, usize)>,
     /// Things the user should know (fallbacks, empty plans).
     pub notes: Vec<String>,
+    /// When the launch uses its data, from a warm recording (for the
+    /// demand bound).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub demand: Option<crate::demand::Demand>,
 }
 
 /// Makes launches. `learn` runs once before anything is measured.
@@ -94,8 +98,9 @@ pub fn launches_per_round(scenarios: &[Scenario]) -> usize {
 }
 
 /// Measures one program: learn, `warmup` untimed launches, then `rounds`
-/// rounds of `scenarios`. Bound rows are derived per round from that
-/// round's warm and prefetch-only.
+/// rounds of `scenarios`. Bound and demand rows are derived per round from
+/// that round's warm and prefetch-only (demand also from the learned
+/// demand, without which it has no rows).
 pub fn run_program(
     program: &str,
     exec: &mut dyn Executor,
@@ -134,19 +139,26 @@ pub fn run_program(
                     prefetched_bytes: m.prefetched_bytes,
                 });
             }
+            let (Some(w), Some(p)) = (warm, pf) else {
+                continue;
+            };
+            let mut derived = |scenario: Scenario, t: Duration| {
+                runs.push(Run {
+                    program: program.to_string(),
+                    round,
+                    scenario,
+                    position: None,
+                    time_s: t.as_secs_f64(),
+                    exit_code: None,
+                    resident_before: None,
+                    prefetched_bytes: None,
+                })
+            };
             if scenarios.contains(&Scenario::Bound) {
-                if let (Some(w), Some(p)) = (warm, pf) {
-                    runs.push(Run {
-                        program: program.to_string(),
-                        round,
-                        scenario: Scenario::Bound,
-                        position: None,
-                        time_s: w.max(p).as_secs_f64(),
-                        exit_code: None,
-                        resident_before: None,
-                        prefetched_bytes: None,
-                    });
-                }
+                derived(Scenario::Bound, w.max(p));
+            }
+            if let (true, Some(d)) = (scenarios.contains(&Scenario::Demand), &learned.demand) {
+                derived(Scenario::Demand, d.bound(w, p));
             }
         }
         Ok(())
@@ -243,6 +255,7 @@ mod tests {
         calls: Vec<String>,
         count: HashMap<Scenario, usize>,
         fail_at: Option<usize>,
+        demand: Option<crate::demand::Demand>,
     }
 
     impl Mock {
@@ -252,6 +265,7 @@ mod tests {
                 calls: Vec::new(),
                 count: HashMap::new(),
                 fail_at: None,
+                demand: None,
             }
         }
     }
@@ -261,6 +275,7 @@ mod tests {
             self.calls.push("learn".into());
             Ok(Learned {
                 traces: 2,
+                demand: self.demand.clone(),
                 ..Default::default()
             })
         }
@@ -340,6 +355,38 @@ mod tests {
             .map(|r| r.time_s)
             .collect();
         assert_eq!(bound, [0.5, 0.7]);
+    }
+
+    #[test]
+    fn demand_is_derived_per_round_only_with_a_learned_demand() {
+        let times: [(Scenario, &[f64]); 3] = [
+            (Scenario::Cold, &[1.0]),
+            (Scenario::Warm, &[0.5, 0.4]),
+            (Scenario::PrefetchOnly, &[0.3, 0.2]),
+        ];
+        let sc = [
+            Scenario::Cold,
+            Scenario::Warm,
+            Scenario::PrefetchOnly,
+            Scenario::Demand,
+        ];
+        // Nothing learned: no rows rather than a made-up figure.
+        let mut m = Mock::new(&times);
+        let (_, runs) = run_program("p", &mut m, &sc, 2, 0, &mut NoProgress).unwrap();
+        assert!(runs.iter().all(|r| r.scenario != Scenario::Demand));
+        assert!(!m.calls.iter().any(|c| c == "demand"), "never launched");
+        // Everything needed at the start: warm + prefetch-only.
+        let mut m = Mock::new(&times);
+        m.demand = Some(crate::demand::Demand {
+            points: vec![(0.0, 1.0)],
+        });
+        let (_, runs) = run_program("p", &mut m, &sc, 2, 0, &mut NoProgress).unwrap();
+        let demand: Vec<f64> = runs
+            .iter()
+            .filter(|r| r.scenario == Scenario::Demand)
+            .map(|r| (r.time_s * 1e6).round() / 1e6)
+            .collect();
+        assert_eq!(demand, [0.8, 0.6]);
     }
 
     #[test]

@@ -33,6 +33,17 @@ pub enum Scenario {
     /// max(warm, prefetch-only) of the same round: the best any prefetcher
     /// can do (FAST's t_bound). Computed, not run.
     Bound,
+    /// FAST's bound with the launch's demand over time: the warm launch
+    /// plus the longest it would wait for its data if a prefetcher that
+    /// costs nothing else read it in the order it is used, at the
+    /// prefetch-only rate of the same round (from the warm trace of
+    /// learning). Computed, not run.
+    Demand,
+    /// A warm launch beside a replay of warmstart's plan made over private
+    /// copies of its files (evicted first): the replay's whole cost, its
+    /// CPU and its reads, borne by a launch that waits for no data. No
+    /// replay of that plan beside the application can beat it.
+    Contention,
     /// GSoC prefetcher / Windows prefetch: the application is held until a
     /// prefetch sorted by physical (FIEMAP) address completes.
     Sorted,
@@ -60,11 +71,13 @@ pub enum Scenario {
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 13] = [
+    pub const ALL: [Scenario; 15] = [
         Scenario::Cold,
         Scenario::Warm,
         Scenario::PrefetchOnly,
         Scenario::Bound,
+        Scenario::Demand,
+        Scenario::Contention,
         Scenario::Sorted,
         Scenario::Fast,
         Scenario::Paralfetch,
@@ -82,6 +95,8 @@ impl Scenario {
             Scenario::Warm => "warm",
             Scenario::PrefetchOnly => "prefetch-only",
             Scenario::Bound => "bound",
+            Scenario::Demand => "demand",
+            Scenario::Contention => "contention",
             Scenario::Sorted => "sorted",
             Scenario::Fast => "fast",
             Scenario::Paralfetch => "paralfetch",
@@ -94,14 +109,18 @@ impl Scenario {
         }
     }
 
-    /// Whether the round needs this scenario launched (bound is derived).
+    /// Whether the round needs this scenario launched (bound and demand
+    /// are derived).
     pub fn is_run(self) -> bool {
-        self != Scenario::Bound
+        !matches!(self, Scenario::Bound | Scenario::Demand)
     }
 
     /// Whether the scenario starts from an evicted cache.
     pub fn starts_cold(self) -> bool {
-        !matches!(self, Scenario::Warm | Scenario::Bound)
+        !matches!(
+            self,
+            Scenario::Warm | Scenario::Bound | Scenario::Demand | Scenario::Contention
+        )
     }
 
     /// Whether it is a prefetching strategy whose share of the cold–warm gap
