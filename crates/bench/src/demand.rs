@@ -69,7 +69,9 @@ impl Demand {
                 _ => points.push((w, c)),
             }
         }
-        Some(Demand { points })
+        Some(Demand {
+            points: upper_hull(points),
+        })
     }
 
     /// The launch time of a round whose warm launch took `warm` and whose
@@ -83,6 +85,28 @@ impl Demand {
             .fold(0.0f64, f64::max);
         Duration::from_secs_f64(w + late)
     }
+}
+
+/// The points that can be the latest for some warm and prefetch times:
+/// `p × c − w × t` with `p, w > 0` is largest on the upper convex hull of
+/// the (t, c) points, so the rest can go (thousands of points become tens).
+/// `points` must be sorted by t.
+fn upper_hull(points: Vec<(f64, f64)>) -> Vec<(f64, f64)> {
+    let mut hull: Vec<(f64, f64)> = Vec::new();
+    for p in points {
+        while hull.len() >= 2 {
+            let (a, b) = (hull[hull.len() - 2], hull[hull.len() - 1]);
+            // b is under the segment from a to p (or on it): not needed.
+            let cross = (b.0 - a.0) * (p.1 - a.1) - (b.1 - a.1) * (p.0 - a.0);
+            if cross >= 0.0 {
+                hull.pop();
+            } else {
+                break;
+            }
+        }
+        hull.push(p);
+    }
+    hull
 }
 
 #[cfg(test)]
@@ -180,6 +204,42 @@ mod tests {
         let ms = |x| Duration::from_millis(x);
         // The first half is ready after 50 of the 100 ms, used at 10 ms.
         assert_eq!(d.bound(ms(100), ms(100)), ms(140));
+    }
+
+    #[test]
+    fn the_hull_gives_the_bound_all_points_give() {
+        // A launch using its data in bursts, 500 ranges.
+        let mut ext = Vec::new();
+        let (mut t, mut off) = (0u64, 0u64);
+        for i in 0..500u64 {
+            let len = 4096 * (1 + (i * 7919) % 13);
+            t += if i % 50 < 10 { 10_000 } else { 400_000 };
+            ext.push((off, len, t));
+            off += len;
+        }
+        let tr = trace(&ext, 0);
+        let launch = Duration::from_nanos(t + 1);
+        let d = Demand::of_warm_trace(&tr, launch).unwrap();
+        assert!(d.points.len() < 100, "{} points kept", d.points.len());
+        // Every point, for comparison.
+        let total: u64 = ext.iter().map(|e| e.1).sum();
+        let mut c = 0u64;
+        let all: Vec<(f64, f64)> = ext
+            .iter()
+            .map(|e| {
+                c += e.1;
+                (
+                    e.2 as f64 / launch.as_nanos() as f64,
+                    c as f64 / total as f64,
+                )
+            })
+            .collect();
+        let full = Demand { points: all };
+        for (w, p) in [(100, 10), (100, 50), (100, 100), (100, 300), (40, 200)] {
+            let (w, p) = (Duration::from_millis(w), Duration::from_millis(p));
+            let (a, b) = (d.bound(w, p).as_secs_f64(), full.bound(w, p).as_secs_f64());
+            assert!((a - b).abs() < 1e-9, "{a} vs {b}");
+        }
     }
 
     #[test]
