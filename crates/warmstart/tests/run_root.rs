@@ -522,8 +522,15 @@ def rd(t):
             except OSError:
                 return
 rd(0.5)
-cmd = f'{ws} -q run --state-dir {state} --profile pty -- sh -c "sleep 2; echo do""ne"; echo rc=$?\n'
-for keys, wait in [(cmd.encode(), 0.8), (b"\x1a", 0.8), (b"fg\n", 0.5), (b"\x1a", 0.8), (b"fg\n", 3.0)]:
+# The command runs until the flag exists, not for a time: a stopped
+# sleep's clock keeps running, and on a loaded machine it once ended
+# before the second Ctrl-Z.
+flag = os.path.join(state, "go")
+cmd = f'{ws} -q run --state-dir {state} --profile pty -- sh -c "until [ -e {flag} ]; do sleep 0.05; done; echo do""ne"; echo rc=$?\n'
+for keys, wait in [(cmd.encode(), 0.8), (b"\x1a", 0.8), (b"fg\n", 0.5), (b"\x1a", 0.8), (None, 0), (b"fg\n", 3.0)]:
+    if keys is None:
+        open(flag, "w").close()
+        continue
     os.write(fd, keys)
     rd(wait)
 os.write(fd, b"exit\n")
