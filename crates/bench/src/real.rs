@@ -130,15 +130,10 @@ pub struct RealExecutor {
 /// warmstart's plan made over copies of its files: replaying it costs
 /// what replaying the real plan does, without warming the application.
 struct Shadow {
-    dir: std::path::PathBuf,
+    /// Private to this run, removed with the shadow.
+    dir: tempfile::TempDir,
     plan: Arc<Plan>,
     files: Vec<String>,
-}
-
-impl Drop for Shadow {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
 }
 
 /// Where `path` lives under `root`.
@@ -146,15 +141,19 @@ fn under(root: &Path, path: &str) -> std::path::PathBuf {
     root.join(path.trim_start_matches('/'))
 }
 
-/// Copies the files of `plan` under `root` and returns the plan made over
-/// the copies: same entries, same order, same sizes. Lookups go to the
-/// same names under `root`, where the directories hold only the copies
-/// (so they cost a little less than the real ones).
-fn make_shadow(plan: &Plan, root: &Path) -> Result<Shadow> {
-    let _ = std::fs::remove_dir_all(root);
-    std::fs::create_dir_all(root).with_context(|| format!("creating {}", root.display()))?;
+/// Copies the files of `plan` into a new directory in `parent` and returns
+/// the plan made over the copies: same entries, same order, same sizes.
+/// Lookups go to the same names there, where the directories hold only
+/// the copies (so they cost a little less than the real ones).
+fn make_shadow(plan: &Plan, parent: &Path) -> Result<Shadow> {
+    let dir = tempfile::Builder::new()
+        .prefix("warmstart-bench-shadow-")
+        .tempdir_in(parent)
+        .with_context(|| format!("creating a directory in {}", parent.display()))?;
+    let root = dir.path().to_path_buf();
+    let root = root.as_path();
     let mut shadow = Shadow {
-        dir: root.to_path_buf(),
+        dir,
         plan: Arc::new(plan.clone()),
         files: Vec::new(),
     };
@@ -514,14 +513,12 @@ impl Executor for RealExecutor {
                 self.plans.insert(Scenario::PrefetchOnly, Arc::clone(&plan));
                 if self.cfg.scenarios.contains(&Scenario::Contention) {
                     // On disk, as the originals are (/tmp may be memory).
-                    let root = Path::new("/var/tmp")
-                        .join(format!("warmstart-bench-shadow-{}", self.target.name));
-                    let sh = make_shadow(&plan, &root)
+                    let sh = make_shadow(&plan, Path::new("/var/tmp"))
                         .context("copying the plan's files for the contention scenario")?;
                     notes.push(format!(
                         "contention: the plan's {} files copied to {}",
                         sh.files.len(),
-                        root.display()
+                        sh.dir.path().display()
                     ));
                     self.plans
                         .insert(Scenario::Contention, Arc::clone(&sh.plan));
@@ -922,8 +919,9 @@ mod tests {
                 },
             ],
         };
-        let root = d.path().join("shadow");
-        let sh = make_shadow(&plan, &root).unwrap();
+        let sh = make_shadow(&plan, d.path()).unwrap();
+        let root = sh.dir.path().to_path_buf();
+        assert!(root.starts_with(d.path()));
         let p = &sh.plan;
         assert_eq!(p.entries, plan.entries);
         for (orig, copy) in plan.files.iter().zip(&p.files) {
