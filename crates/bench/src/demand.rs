@@ -32,13 +32,36 @@ pub struct Demand {
 const WARM_READ_SHARE: f64 = 0.05;
 
 impl Demand {
+    /// Why `trace` cannot give a demand, if it cannot.
+    pub fn not_usable(trace: &Trace, launch: Duration) -> Option<String> {
+        use warmstart_plan::trace::Backend;
+        let read = trace.stats.bytes_from_storage;
+        if !matches!(trace.meta.backend, Backend::Bpf | Backend::Tracefs) {
+            // A residency snapshot has no times of use.
+            Some(format!(
+                "the {} recorder gives no times of use",
+                trace.meta.backend.name()
+            ))
+        } else if read as f64 > WARM_READ_SHARE * trace.stats.bytes as f64 {
+            Some(format!(
+                "not warm: it read {read} of its {} bytes from storage",
+                trace.stats.bytes
+            ))
+        } else if launch.is_zero() || trace.stats.bytes == 0 {
+            Some("it used no data".into())
+        } else {
+            None
+        }
+    }
+
     /// The demand of a warm recording that took `launch` from exec to
-    /// readiness. `None` if the trace is not warm (it read more than 5%
-    /// of its data from storage: its times would include waiting for it)
-    /// or used nothing.
+    /// readiness, ideally recorded with each page at its own time
+    /// (`split_extents_after`): an extent counts whole at its time. `None`
+    /// if [`Demand::not_usable`] says why: a recorder without times, a
+    /// trace that is not warm (more than 5% of its data read from storage:
+    /// its times would include waiting for it), or no data used.
     pub fn of_warm_trace(trace: &Trace, launch: Duration) -> Option<Demand> {
-        let read = trace.stats.bytes_from_storage as f64;
-        if read > WARM_READ_SHARE * trace.stats.bytes as f64 || launch.is_zero() {
+        if Demand::not_usable(trace, launch).is_some() {
             return None;
         }
         let mut used: Vec<(u64, u64)> = trace
@@ -250,6 +273,12 @@ mod tests {
         // A trace that read 10% of its bytes from storage is not warm.
         let cold = trace(&[(0, 100, 0)], 10);
         assert!(Demand::of_warm_trace(&cold, Duration::from_millis(100)).is_none());
+        let why = Demand::not_usable(&cold, Duration::from_millis(100)).unwrap();
+        assert!(why.contains("not warm"), "{why}");
+        // A residency snapshot has every page at one time: no demand.
+        let mut snap = trace(&[(0, 100, 0)], 0);
+        snap.meta.backend = Backend::Mincore;
+        assert!(Demand::of_warm_trace(&snap, Duration::from_millis(100)).is_none());
         let empty = trace(&[], 0);
         assert!(Demand::of_warm_trace(&empty, Duration::from_millis(100)).is_none());
     }

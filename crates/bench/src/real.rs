@@ -146,8 +146,12 @@ fn under(root: &Path, path: &str) -> std::path::PathBuf {
 /// Lookups go to the same names there, where the directories hold only
 /// the copies (so they cost a little less than the real ones).
 fn make_shadow(plan: &Plan, parent: &Path) -> Result<Shadow> {
+    use std::os::unix::fs::PermissionsExt;
+    // Only the bench's user may read the copies: some come from
+    // directories others cannot read.
     let dir = tempfile::Builder::new()
         .prefix("warmstart-bench-shadow-")
+        .permissions(std::fs::Permissions::from_mode(0o700))
         .tempdir_in(parent)
         .with_context(|| format!("creating a directory in {}", parent.display()))?;
     let root = dir.path().to_path_buf();
@@ -163,12 +167,18 @@ fn make_shadow(plan: &Plan, parent: &Path) -> Result<Shadow> {
         if let Some(d) = to.parent() {
             std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
         }
-        std::fs::copy(&f.path, &to)
-            .with_context(|| format!("copying {} to {}", f.path, to.display()))?;
-        let m = std::fs::metadata(&to)?;
-        f.id = warmstart_record::resolve::file_id(&m);
+        // A file that cannot be copied (gone, unreadable) is left out as
+        // the real replay leaves it out: its copy's path does not exist.
+        if std::fs::copy(&f.path, &to).is_ok() {
+            // No set-user-ID or set-group-ID copies.
+            let m = std::fs::metadata(&to)?;
+            let mode = m.permissions().mode() & 0o777 & !0o022;
+            std::fs::set_permissions(&to, std::fs::Permissions::from_mode(mode))?;
+            let m = std::fs::metadata(&to)?;
+            f.id = warmstart_record::resolve::file_id(&m);
+            shadow.files.push(to.display().to_string());
+        }
         f.path = to.display().to_string();
-        shadow.files.push(f.path.clone());
     }
     for l in &mut p.lookups {
         if l.path.starts_with('/') {
@@ -245,7 +255,18 @@ impl RealExecutor {
     /// Records one launch; returns the trace and the launch time (exec to
     /// readiness).
     fn record(&self, cache: CacheState) -> Result<(Trace, Launched, Vec<String>)> {
+        self.record_split(cache, None)
+    }
+
+    /// [`Self::record`], with pages used `split` ns apart kept in separate
+    /// extents.
+    fn record_split(
+        &self,
+        cache: CacheState,
+        split: Option<u64>,
+    ) -> Result<(Trace, Launched, Vec<String>)> {
         let opts = warmstart_record::Options {
+            split_extents_ns: split,
             backend: self.cfg.backend,
             // Recording ends when the launch is complete (the probe stops
             // the program if it stays up), not on a pause in its I/O.
@@ -458,27 +479,28 @@ impl Executor for RealExecutor {
                 ));
             }
             self.absorb(&trace);
-            if cache == CacheState::AsFound {
-                demand = crate::demand::Demand::of_warm_trace(&trace, l.time);
-            }
             traces.push(trace);
         }
-        if demand.is_none() && self.cfg.scenarios.contains(&Scenario::Demand) {
-            // The as-found launch still read from storage (a program that
-            // stays up past readiness is stopped while it still loads, so
-            // its next launch finds some pages missing): one more, warm
-            // now, for the demand alone.
-            if let Some(p) = &self.target.prepare {
-                launch::shell(p, self.target.cwd.as_deref(), "prepare")?;
-            }
-            let (trace, l, _) = self.record(CacheState::AsFound)?;
-            self.check(Scenario::Demand, &l)?;
-            demand = crate::demand::Demand::of_warm_trace(&trace, l.time);
-            if demand.is_none() {
-                notes.push(format!(
-                    "demand: no bound (two as-found recordings read from storage, the last {} of {} bytes: not warm)",
-                    trace.stats.bytes_from_storage, trace.stats.bytes
-                ));
+        if self.cfg.scenarios.contains(&Scenario::Demand) {
+            // A launch of its own, warm after the two above, recorded with
+            // each page at its own time (a plan's traces place a run of
+            // pages at its first page's use). Once more if it still read
+            // from storage: a program that stays up past readiness is
+            // stopped while it still loads, and its next launch finds
+            // pages missing.
+            for _ in 0..2 {
+                if let Some(p) = &self.target.prepare {
+                    launch::shell(p, self.target.cwd.as_deref(), "prepare")?;
+                }
+                let (trace, l, _) = self.record_split(CacheState::AsFound, Some(0))?;
+                self.check(Scenario::Demand, &l)?;
+                demand = crate::demand::Demand::of_warm_trace(&trace, l.time);
+                if demand.is_some() {
+                    break;
+                }
+                if let Some(why) = crate::demand::Demand::not_usable(&trace, l.time) {
+                    notes.push(format!("demand: no bound from a recording: {why}"));
+                }
             }
         }
         self.warm = true;
@@ -515,10 +537,18 @@ impl Executor for RealExecutor {
                     // On disk, as the originals are (/tmp may be memory).
                     let sh = make_shadow(&plan, Path::new("/var/tmp"))
                         .context("copying the plan's files for the contention scenario")?;
+                    let missing = plan.files.len() - sh.files.len();
                     notes.push(format!(
-                        "contention: the plan's {} files copied to {}",
+                        "contention: the plan's {} files copied to {}{}",
                         sh.files.len(),
-                        sh.dir.path().display()
+                        sh.dir.path().display(),
+                        if missing > 0 {
+                            format!(
+                                " ({missing} could not be, and are skipped as a replay skips them)"
+                            )
+                        } else {
+                            String::new()
+                        }
                     ));
                     self.plans
                         .insert(Scenario::Contention, Arc::clone(&sh.plan));
@@ -882,6 +912,8 @@ mod tests {
         let (a, b) = (src.join("bin"), src.join("lib/libx.so"));
         std::fs::write(&a, vec![1u8; 10_000]).unwrap();
         std::fs::write(&b, vec![2u8; 3_000]).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&b, std::fs::Permissions::from_mode(0o4755)).unwrap();
         let file = |p: &Path| PlanFile {
             path: p.display().to_string(),
             id: warmstart_record::resolve::file_id(&std::fs::metadata(p).unwrap()),
@@ -899,7 +931,14 @@ mod tests {
                 passes: Vec::new(),
                 sorted: false,
             },
-            files: vec![file(&a), file(&b)],
+            // The last one is gone by the time the copies are made.
+            files: vec![file(&a), file(&b), {
+                let gone = src.join("gone");
+                std::fs::write(&gone, b"x").unwrap();
+                let f = file(&gone);
+                std::fs::remove_file(&gone).unwrap();
+                f
+            }],
             lookups: vec![
                 lookup(NsOpKind::DirRead, &src.join("lib")),
                 lookup(NsOpKind::Stat, &src.join("missing")),
@@ -917,14 +956,23 @@ mod tests {
                     offset: 0,
                     len: 8192,
                 },
+                Entry::Data {
+                    file: 2,
+                    offset: 0,
+                    len: 4096,
+                },
             ],
         };
         let sh = make_shadow(&plan, d.path()).unwrap();
         let root = sh.dir.path().to_path_buf();
         assert!(root.starts_with(d.path()));
+        // Private, and no set-user-ID copy.
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode();
+        assert_eq!(mode(&root) & 0o777, 0o700);
         let p = &sh.plan;
+        assert_eq!(mode(Path::new(&p.files[1].path)) & 0o7777, 0o755);
         assert_eq!(p.entries, plan.entries);
-        for (orig, copy) in plan.files.iter().zip(&p.files) {
+        for (orig, copy) in plan.files.iter().zip(&p.files).take(2) {
             assert_eq!(copy.path, under(&root, &orig.path).display().to_string());
             assert_eq!(
                 std::fs::read(&copy.path).unwrap(),
@@ -942,10 +990,12 @@ mod tests {
             .all(|l| l.path.starts_with(&*root.to_string_lossy())));
         assert!(Path::new(&p.lookups[0].path).is_dir());
         assert!(!Path::new(&p.lookups[1].path).exists());
-        // A replay of the copies reads them and skips nothing.
+        // A replay of the copies reads them, and skips the file that could
+        // not be copied, as the real replay skips it.
+        assert!(!Path::new(&p.files[2].path).exists());
         let r =
             warmstart_replay::replay(p, &ReplayOptions::default(), &RealBackend::new()).unwrap();
-        assert_eq!(r.skipped_files.len(), 0);
+        assert_eq!(r.skipped_files.len(), 1);
         assert_eq!(r.files_opened, 2);
         // The copies go with the shadow; the originals stay.
         drop(sh);

@@ -328,11 +328,24 @@ pub struct FileInfo {
 pub struct TraceBuilder {
     accesses: Vec<Access>,
     ns_ops: Vec<NamespaceOp>,
+    /// With `Some`, a used page joins the extent before it only if it was
+    /// first used at most this long after that extent's last page.
+    split_ns: Option<u64>,
 }
 
 impl TraceBuilder {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Keeps pages used at different times in different extents (more
+    /// than `gap_ns` apart), so each extent's time is its pages' time.
+    /// For measuring when a launch uses its data; plans are compiled
+    /// from ordinary traces, whose contiguous pages make one extent
+    /// placed at its first use.
+    pub fn split_extents_after(mut self, gap_ns: u64) -> Self {
+        self.split_ns = Some(gap_ns);
+        self
     }
 
     pub fn push(&mut self, mut a: Access) {
@@ -473,7 +486,9 @@ impl TraceBuilder {
         };
 
         let mut order: Vec<(u64, u64)> = Vec::new();
-        let mut pages: HashMap<(u64, u64), (BTreeSet<u64>, Vec<Extent>)> = HashMap::new();
+        // Per file: its pages, its extents, and when the last page was used.
+        type FilePages = (BTreeSet<u64>, Vec<Extent>, u64);
+        let mut pages: HashMap<(u64, u64), FilePages> = HashMap::new();
         let mut meta_pages: BTreeSet<(u64, u64)> = BTreeSet::new();
         let mut metadata: Vec<MetaExtent> = Vec::new();
         for a in &self.accesses {
@@ -496,7 +511,21 @@ impl TraceBuilder {
                             continue;
                         }
                         let fs = from.is_some_and(|s| s.contains(&p));
-                        append(&mut entry.1, p, rel(t_ns), fs);
+                        let t = rel(t_ns);
+                        let late = self
+                            .split_ns
+                            .is_some_and(|g| t < NEVER_USED && t.saturating_sub(entry.2) > g);
+                        if late {
+                            entry.1.push(Extent {
+                                offset: p * PAGE_SIZE,
+                                len: PAGE_SIZE,
+                                t_ns: t,
+                                from_storage: fs,
+                            });
+                        } else {
+                            append(&mut entry.1, p, t, fs);
+                        }
+                        entry.2 = t;
                     }
                 }
                 Access::Meta {
@@ -527,7 +556,7 @@ impl TraceBuilder {
 
         let mut files = Vec::new();
         for key in order {
-            let (set, extents) = pages.remove(&key).expect("every ordered key has pages");
+            let (set, extents, _) = pages.remove(&key).expect("every ordered key has pages");
             match resolve(key.0, key.1) {
                 Some(info) if info.file_type == FileType::Regular => {
                     // A read() reports the pages it asked for, which run past
@@ -758,6 +787,40 @@ mod tests {
             let t = b.finish(meta(), TraceStats::default(), resolve);
             assert_eq!(shape(&t), want, "{name}");
         }
+    }
+
+    #[test]
+    fn split_extents_keep_each_page_at_its_own_time() {
+        // One file read page by page over 3 ms, then one page touched
+        // together with the one before it (same event time).
+        let accesses = || {
+            vec![
+                data(0, 7, 0, 1, false),
+                data(1_000_000, 7, 1, 1, false),
+                data(3_000_000, 7, 2, 2, false),
+            ]
+        };
+        let times = |b: TraceBuilder| -> Vec<(u64, u64, u64)> {
+            let mut b = b;
+            accesses().into_iter().for_each(|a| b.push(a));
+            let t = b.finish(meta(), TraceStats::default(), resolve);
+            t.files[0]
+                .extents
+                .iter()
+                .map(|e| (e.offset / PAGE_SIZE, e.len / PAGE_SIZE, e.t_ns))
+                .collect()
+        };
+        // Ordinary traces: one extent at its first use.
+        assert_eq!(times(TraceBuilder::new()), vec![(0, 4, 0)]);
+        assert_eq!(
+            times(TraceBuilder::new().split_extents_after(0)),
+            vec![(0, 1, 0), (1, 1, 1_000_000), (2, 2, 3_000_000)]
+        );
+        // Within the gap, pages still join.
+        assert_eq!(
+            times(TraceBuilder::new().split_extents_after(1_500_000)),
+            vec![(0, 2, 0), (2, 2, 3_000_000)]
+        );
     }
 
     #[test]

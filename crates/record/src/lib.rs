@@ -62,6 +62,10 @@ pub struct Options {
     pub timeout: Duration,
     /// The cache state the caller prepared (recorded in the trace).
     pub cache: CacheState,
+    /// Keep pages used more than this many ns apart in separate extents
+    /// ([`TraceBuilder::split_extents_after`]): for measuring when the
+    /// launch uses its data, not for compiling plans.
+    pub split_extents_ns: Option<u64>,
 }
 
 impl Default for Options {
@@ -71,6 +75,7 @@ impl Default for Options {
             idle: Duration::from_secs(2),
             timeout: Duration::from_secs(30),
             cache: CacheState::AsFound,
+            split_extents_ns: None,
         }
     }
 }
@@ -131,6 +136,9 @@ pub fn record<S: AsRef<std::ffi::OsStr>>(
     let mut signals = signals;
 
     let mut agg = Aggregator::new(Path::new("/"), running.pid());
+    if let Some(g) = opts.split_extents_ns {
+        agg.builder = std::mem::take(&mut agg.builder).split_extents_after(g);
+    }
     if src.backend() == warmstart_plan::trace::Backend::Mincore {
         // A snapshot has no exec event to wait for.
         agg.root = None;

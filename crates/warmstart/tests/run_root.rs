@@ -526,7 +526,8 @@ rd(0.5)
 # sleep's clock keeps running, and on a loaded machine it once ended
 # before the second Ctrl-Z.
 flag = os.path.join(state, "go")
-cmd = f'{ws} -q run --state-dir {state} --profile pty -- sh -c "until [ -e {flag} ]; do sleep 0.05; done; echo do""ne"; echo rc=$?\n'
+# The marker is printed, never typed whole (the terminal echoes the line).
+cmd = f'{ws} -q run --state-dir {state} --profile pty -- sh -c "until [ -e {flag} ]; do sleep 0.05; done; echo fin""ished"; echo rc=$?\n'
 for keys, wait in [(cmd.encode(), 0.8), (b"\x1a", 0.8), (b"fg\n", 0.5), (b"\x1a", 0.8), (None, 0), (b"fg\n", 3.0)]:
     if keys is None:
         open(flag, "w").close()
@@ -547,7 +548,7 @@ sys.stdout.write(out.decode(errors="replace"))
         "Ctrl-Z reported as SIGTSTP: {text}"
     );
     assert_eq!(text.matches("Stopped").count(), 2, "stopped twice: {text}");
-    assert!(text.contains("done"), "resumed to its end: {text}");
+    assert!(text.contains("finished"), "resumed to its end: {text}");
 
     // SIGTERM to the wrapper reaches the command.
     let mut child = Command::new(warmstart())

@@ -48,6 +48,7 @@ pub fn run(args: RecordArgs, quiet: bool) -> Result<i32> {
         idle: Duration::from_secs_f64(args.idle),
         timeout: Duration::from_secs_f64(args.timeout),
         cache,
+        split_extents_ns: None,
     };
     // Write somewhere we can before running anything: the launch cannot
     // be repeated once the trace is lost.
