@@ -3,11 +3,11 @@
 //! once, at the start (a program's binary and libraries before `main`),
 //! and a prefetcher started with the launch cannot have read that yet.
 //!
-//! From a warm recording of the launch (the second of learning: every page
-//! found cached, each with the time the launch first used it) the bound
-//! asks how long the launch would wait if a prefetcher that costs nothing
-//! else read its data in exactly the order it is used, at the rate the
-//! prefetch-only scenario measured. A page used at warm time `w` after
+//! From a warm recording of the launch (one of its own at learning, every
+//! page found cached and kept at the time the launch first used it) the
+//! bound asks how long the launch would wait if a prefetcher that costs
+//! nothing else read its data in exactly the order it is used, at the
+//! rate the prefetch-only scenario measured. A page used at warm time `w` after
 //! `c` of all the data is ready at `prefetch-only × c`, so the launch ends
 //! at `warm + max(0, max over pages of (prefetch-only × c − warm × w))`.
 //! No prefetcher that starts with the launch and reads those bytes at that

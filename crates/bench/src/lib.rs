@@ -60,7 +60,8 @@ Scenarios (FAST §6.1.2, Paralfetch §5), run interleaved round after round:
   bound          max(warm, prefetch-only) per round (FAST's t_bound)
   demand         warm + the longest the launch waits for its data if a free
                  prefetcher read it in use order at the prefetch-only rate
-                 (from learning's warm trace): the best a launch-time one can do
+                 (from a warm launch recorded at learning): the best a launch-time
+                 one can do
   contention     warm, beside a replay of the plan over private copies of its
                  files (in /var/tmp while it runs): what the replay itself costs
   sorted         app held until a physically sorted prefetch completes (GSoC)

@@ -36,8 +36,8 @@ pub enum Scenario {
     /// FAST's bound with the launch's demand over time: the warm launch
     /// plus the longest it would wait for its data if a prefetcher that
     /// costs nothing else read it in the order it is used, at the
-    /// prefetch-only rate of the same round (from the warm trace of
-    /// learning). Computed, not run.
+    /// prefetch-only rate of the same round (from a warm launch recorded
+    /// at learning with each page at its own time). Computed, not run.
     Demand,
     /// A warm launch beside a replay of warmstart's plan made over private
     /// copies of its files (evicted first): the replay's whole cost, its
