@@ -33,7 +33,7 @@ const WARM_READ_SHARE: f64 = 0.05;
 
 impl Demand {
     /// Why `trace` cannot give a demand, if it cannot.
-    pub fn not_usable(trace: &Trace, launch: Duration) -> Option<String> {
+    fn not_usable(trace: &Trace, launch: Duration) -> Option<String> {
         use warmstart_plan::trace::Backend;
         let read = trace.stats.bytes_from_storage;
         if !matches!(trace.meta.backend, Backend::Bpf | Backend::Tracefs) {
@@ -56,13 +56,13 @@ impl Demand {
 
     /// The demand of a warm recording that took `launch` from exec to
     /// readiness, ideally recorded with each page at its own time
-    /// (`split_extents_after`): an extent counts whole at its time. `None`
-    /// if [`Demand::not_usable`] says why: a recorder without times, a
-    /// trace that is not warm (more than 5% of its data read from storage:
-    /// its times would include waiting for it), or no data used.
-    pub fn of_warm_trace(trace: &Trace, launch: Duration) -> Option<Demand> {
-        if Demand::not_usable(trace, launch).is_some() {
-            return None;
+    /// (`split_extents_after`): an extent counts whole at its time. Or why
+    /// not: a recorder without times, a trace that is not warm (more than
+    /// 5% of its data read from storage: its times would include waiting
+    /// for it), or no data used.
+    pub fn of_warm_trace(trace: &Trace, launch: Duration) -> Result<Demand, String> {
+        if let Some(why) = Demand::not_usable(trace, launch) {
+            return Err(why);
         }
         let mut used: Vec<(u64, u64)> = trace
             .files
@@ -74,7 +74,7 @@ impl Demand {
         used.sort_unstable();
         let total: u64 = used.iter().map(|u| u.1).sum();
         if total == 0 {
-            return None;
+            return Err("it used no data".into());
         }
         let span = launch.as_nanos() as f64;
         let mut so_far = 0u64;
@@ -92,7 +92,7 @@ impl Demand {
                 _ => points.push((w, c)),
             }
         }
-        Some(Demand {
+        Ok(Demand {
             points: upper_hull(points),
         })
     }
@@ -272,14 +272,13 @@ mod tests {
         assert_eq!(d.points, vec![(0.0, 1.0)]);
         // A trace that read 10% of its bytes from storage is not warm.
         let cold = trace(&[(0, 100, 0)], 10);
-        assert!(Demand::of_warm_trace(&cold, Duration::from_millis(100)).is_none());
-        let why = Demand::not_usable(&cold, Duration::from_millis(100)).unwrap();
+        let why = Demand::of_warm_trace(&cold, Duration::from_millis(100)).unwrap_err();
         assert!(why.contains("not warm"), "{why}");
         // A residency snapshot has every page at one time: no demand.
         let mut snap = trace(&[(0, 100, 0)], 0);
         snap.meta.backend = Backend::Mincore;
-        assert!(Demand::of_warm_trace(&snap, Duration::from_millis(100)).is_none());
+        assert!(Demand::of_warm_trace(&snap, Duration::from_millis(100)).is_err());
         let empty = trace(&[], 0);
-        assert!(Demand::of_warm_trace(&empty, Duration::from_millis(100)).is_none());
+        assert!(Demand::of_warm_trace(&empty, Duration::from_millis(100)).is_err());
     }
 }

@@ -154,13 +154,8 @@ fn make_shadow(plan: &Plan, parent: &Path) -> Result<Shadow> {
         .permissions(std::fs::Permissions::from_mode(0o700))
         .tempdir_in(parent)
         .with_context(|| format!("creating a directory in {}", parent.display()))?;
-    let root = dir.path().to_path_buf();
-    let root = root.as_path();
-    let mut shadow = Shadow {
-        dir,
-        plan: Arc::new(plan.clone()),
-        files: Vec::new(),
-    };
+    let root = dir.path();
+    let mut files = Vec::new();
     let mut p = plan.clone();
     for f in &mut p.files {
         let to = under(root, &f.path);
@@ -176,7 +171,7 @@ fn make_shadow(plan: &Plan, parent: &Path) -> Result<Shadow> {
             std::fs::set_permissions(&to, std::fs::Permissions::from_mode(mode))?;
             let m = std::fs::metadata(&to)?;
             f.id = warmstart_record::resolve::file_id(&m);
-            shadow.files.push(to.display().to_string());
+            files.push(to.display().to_string());
         }
         f.path = to.display().to_string();
     }
@@ -192,8 +187,11 @@ fn make_shadow(plan: &Plan, parent: &Path) -> Result<Shadow> {
     // The copies are written out before they are evicted and replayed.
     // SAFETY: sync has no preconditions.
     unsafe { libc::sync() };
-    shadow.plan = Arc::new(p);
-    Ok(shadow)
+    Ok(Shadow {
+        dir,
+        plan: Arc::new(p),
+        files,
+    })
 }
 
 impl RealExecutor {
@@ -494,12 +492,12 @@ impl Executor for RealExecutor {
                 }
                 let (trace, l, _) = self.record_split(CacheState::AsFound, Some(0))?;
                 self.check(Scenario::Demand, &l)?;
-                demand = crate::demand::Demand::of_warm_trace(&trace, l.time);
-                if demand.is_some() {
-                    break;
-                }
-                if let Some(why) = crate::demand::Demand::not_usable(&trace, l.time) {
-                    notes.push(format!("demand: no bound from a recording: {why}"));
+                match crate::demand::Demand::of_warm_trace(&trace, l.time) {
+                    Ok(d) => {
+                        demand = Some(d);
+                        break;
+                    }
+                    Err(why) => notes.push(format!("demand: no bound from a recording: {why}")),
                 }
             }
         }
