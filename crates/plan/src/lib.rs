@@ -2,12 +2,15 @@
 //! passes that compile traces into plans, and their validation. Nothing in
 //! this crate makes a system call, so all of it is tested without root.
 
+pub mod chunk;
 pub mod compile;
 pub mod container;
+pub mod limits;
 pub mod trace;
 
 pub use compile::{CompileError, CompileOptions, CompileReport, Compiled};
-pub use container::FormatError;
+pub use container::{FormatError, Header};
+pub use limits::Limit;
 pub use trace::{Trace, TraceBuilder};
 pub mod plan;
 

@@ -55,6 +55,7 @@ mod sort;
 #[cfg(test)]
 mod testkit;
 
+use crate::container::FormatError;
 use crate::plan::{Plan, PlanFile, PlanMeta};
 use crate::trace::Trace;
 
@@ -196,11 +197,25 @@ pub fn compile(
     meta.passes = passes.iter().map(|p| p.pass.clone()).collect();
     let plan = assemble::assemble(meta, &items, &slots, &devices, &lookups);
     report.passes = passes;
-    debug_assert!(
-        plan.check().is_ok(),
-        "compiled an invalid plan: {:?}",
-        plan.check()
-    );
+    match plan.check() {
+        Ok(()) => {}
+        // Traces within the limits can still combine past them.
+        Err(FormatError::TooLarge {
+            limit,
+            value,
+            max,
+            at,
+            ..
+        }) => {
+            return Err(CompileError::TooLarge {
+                limit,
+                value,
+                max,
+                at,
+            })
+        }
+        Err(e) => debug_assert!(false, "compiled an invalid plan: {e}"),
+    }
     Ok(Compiled { plan, report })
 }
 

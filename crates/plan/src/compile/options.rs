@@ -93,4 +93,12 @@ pub enum CompileError {
     NoTraces,
     #[error("a page must appear in between 1 and {traces} traces (all of them); {min} was asked")]
     BadMinTraces { min: u32, traces: usize },
+    /// The traces hold more than a plan may (see [`crate::limits`]).
+    #[error("the plan would be too large: {at} would have {value} {limit}, more than the limit of {max}")]
+    TooLarge {
+        limit: crate::limits::Limit,
+        value: u64,
+        max: u64,
+        at: String,
+    },
 }

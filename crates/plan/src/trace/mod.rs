@@ -14,6 +14,7 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 
 use crate::container::{self, FormatError, Kind};
+use crate::limits::{self, within, Limit};
 
 pub use builder::{Access, FileInfo, TraceBuilder};
 
@@ -82,6 +83,7 @@ pub enum EndReason {
 /// What was recorded and how.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TraceMeta {
+    #[serde(deserialize_with = "limits::bounded_args")]
     pub command: Vec<String>,
     pub cwd: String,
     pub backend: Backend,
@@ -153,6 +155,7 @@ pub struct FileTrace {
     pub id: FileId,
     /// Ranges in first-use order (not sorted by offset); ranges never used
     /// (read ahead by the kernel only) last, in arrival order.
+    #[serde(deserialize_with = "limits::bounded_entries")]
     pub extents: Vec<Extent>,
 }
 
@@ -234,8 +237,11 @@ pub struct TraceStats {
 pub struct Trace {
     pub meta: TraceMeta,
     /// Files in order of first access.
+    #[serde(deserialize_with = "limits::bounded_files")]
     pub files: Vec<FileTrace>,
+    #[serde(deserialize_with = "limits::bounded_entries")]
     pub metadata: Vec<MetaExtent>,
+    #[serde(deserialize_with = "limits::bounded_lookups")]
     pub namespace_ops: Vec<NamespaceOp>,
     pub stats: TraceStats,
 }
@@ -251,7 +257,23 @@ impl Trace {
         Ok(t)
     }
 
-    /// Invariants a decoded trace must hold.
+    /// Reads a trace from `r`, its header checked before its body is read
+    /// (see [`container::read`]).
+    pub fn read_from(r: &mut impl std::io::Read) -> Result<Trace, FormatError> {
+        let (header, bytes) = container::read(r)?;
+        if header.kind != Kind::Trace {
+            return Err(FormatError::WrongKind {
+                expected: Kind::Trace,
+                found: header.kind,
+            });
+        }
+        Trace::from_bytes(&bytes)
+    }
+
+    /// Invariants a decoded trace must hold: no file twice, no empty range,
+    /// ranges within their file's size, and every count, length and sum
+    /// within [`crate::limits`] (extents of all files and metadata extents
+    /// count together as entries).
     pub fn check(&self) -> Result<(), FormatError> {
         let bad = |what: String| {
             Err(FormatError::Invalid {
@@ -259,7 +281,40 @@ impl Trace {
                 what,
             })
         };
+        let over = |e, at: String| Err(FormatError::too_large(Kind::Trace, e, at));
+        let extents: usize = self.files.iter().map(|f| f.extents.len()).sum();
+        let counts = [
+            (Limit::Files, self.files.len(), "the file list"),
+            (Limit::Lookups, self.namespace_ops.len(), "the lookup list"),
+            (
+                Limit::Entries,
+                extents + self.metadata.len(),
+                "the extent lists",
+            ),
+            (Limit::Args, self.meta.command.len(), "the command"),
+        ];
+        for (limit, n, at) in counts {
+            if let Err(e) = within(limit, n as u64) {
+                return over(e, at.into());
+            }
+        }
+        let mut strings: u64 = self.meta.command.iter().map(|s| s.len() as u64).sum();
+        strings += (self.meta.cwd.len() + self.meta.hostname.len()) as u64;
+        let paths = self.files.iter().filter_map(|f| f.path.as_ref());
+        for (i, p) in paths
+            .chain(self.namespace_ops.iter().map(|o| &o.path))
+            .enumerate()
+        {
+            if let Err(e) = within(Limit::PathLen, p.len() as u64) {
+                return over(e, format!("path {i}"));
+            }
+            strings += p.len() as u64;
+        }
+        if let Err(e) = within(Limit::StringBytes, strings) {
+            return over(e, "all its strings".into());
+        }
         let mut ids = BTreeSet::new();
+        let mut total = 0u64;
         for f in &self.files {
             if !ids.insert((f.id.dev, f.id.ino)) {
                 return bad(format!(
@@ -267,25 +322,40 @@ impl Trace {
                     f.id.dev, f.id.ino
                 ));
             }
+            let at = || format!("dev {} ino {}", f.id.dev, f.id.ino);
+            if let Err(e) = within(Limit::FileSize, f.id.size) {
+                return over(e, at());
+            }
             let limit = crate::plan::range_limit(f.id.size);
             for e in &f.extents {
+                if let Err(e) = within(Limit::Range, e.len) {
+                    return over(e, at());
+                }
                 if e.len == 0 || e.offset.checked_add(e.len).is_none_or(|end| end > limit) {
                     return bad(format!(
                         "ino {} has {} bytes at {}, past its size of {}",
                         f.id.ino, e.len, e.offset, f.id.size
                     ));
                 }
+                total += e.len;
+                if let Err(e) = within(Limit::TotalBytes, total) {
+                    return over(e, "its extents".into());
+                }
             }
         }
         for m in &self.metadata {
-            if m.len == 0
-                || m.len > crate::plan::MAX_META_RANGE
-                || m.offset.checked_add(m.len).is_none()
-            {
+            if let Err(e) = within(Limit::Range, m.len) {
+                return over(e, format!("device {}", m.device));
+            }
+            if m.len == 0 || m.offset.checked_add(m.len).is_none() {
                 return bad(format!(
                     "{} bytes of metadata at {} of device {}",
                     m.len, m.offset, m.device
                 ));
+            }
+            total += m.len;
+            if let Err(e) = within(Limit::TotalBytes, total) {
+                return over(e, "its extents".into());
             }
         }
         if self.meta.command.is_empty() {
