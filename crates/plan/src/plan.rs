@@ -459,7 +459,8 @@ mod tests {
     fn decoded_size_grows_with_content() {
         let mut p = plan(1 << 20, vec![Entry::Lookup { index: 0 }; 0]);
         let mut last = p.decoded_size();
-        let mut grow: Vec<Box<dyn Fn(&mut Plan)>> = vec![
+        type Edit = Box<dyn Fn(&mut Plan)>;
+        let mut grow: Vec<Edit> = vec![
             Box::new(|p| p.files[0].path.push_str("/longer")),
             Box::new(|p| {
                 p.entries.push(Entry::Data {
