@@ -124,6 +124,8 @@ pub enum FormatError {
         max: u64,
         at: String,
     },
+    #[error("file is {len} bytes, too short to be a warmstart trace or plan (truncated?)")]
+    TooShortForAny { len: usize },
     #[error("not a warmstart trace or plan (unknown magic {magic:02x?})")]
     Foreign { magic: Vec<u8> },
     #[error("reading the {what}: {source}")]
@@ -165,7 +167,10 @@ impl Header {
     /// so a foreign, future or oversized file is refused before its body
     /// is read.
     pub fn parse(bytes: &[u8]) -> Result<Header, FormatError> {
-        let Some(kind) = bytes.get(..8).and_then(Kind::from_magic) else {
+        if bytes.len() < 8 {
+            return Err(FormatError::TooShortForAny { len: bytes.len() });
+        }
+        let Some(kind) = Kind::from_magic(&bytes[..8]) else {
             return Err(FormatError::Foreign {
                 magic: bytes[..bytes.len().min(8)].to_vec(),
             });
