@@ -266,17 +266,20 @@ pub fn encode<T: Serialize>(kind: Kind, major: u16, minor: u16, value: &T) -> Ve
 /// As [`encode`], with the payload deflated.
 pub fn encode_deflated<T: Serialize>(kind: Kind, major: u16, minor: u16, value: &T) -> Vec<u8> {
     let raw = postcard::to_stdvec(value).expect("serializing to memory cannot fail");
-    let mut z = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::default());
-    z.write_all(&raw).expect("deflating to memory cannot fail");
-    envelope(
-        kind,
-        major,
-        minor,
-        z.finish().expect("deflating to memory cannot fail"),
-    )
+    envelope(kind, major, minor, deflate(&raw))
 }
 
-fn envelope(kind: Kind, major: u16, minor: u16, payload: Vec<u8>) -> Vec<u8> {
+/// Deflates a raw payload as [`encode_deflated`] does: for tools and tests
+/// that build files byte by byte (the fuzz corpus).
+pub fn deflate(raw: &[u8]) -> Vec<u8> {
+    let mut z = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::default());
+    z.write_all(raw).expect("deflating to memory cannot fail");
+    z.finish().expect("deflating to memory cannot fail")
+}
+
+/// A complete file image around `payload` (already deflated for a plan),
+/// with its length and checksum filled in.
+pub fn envelope(kind: Kind, major: u16, minor: u16, payload: Vec<u8>) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER_LEN + payload.len());
     out.extend_from_slice(kind.magic());
     out.extend_from_slice(&major.to_le_bytes());
