@@ -156,15 +156,13 @@ fn pages(offset: u64, len: u64) -> impl Iterator<Item = u64> {
     offset / P..(offset + len).div_ceil(P)
 }
 
+/// (offset, len) ranges by key.
+type Ranges<K> = BTreeMap<K, Vec<(u64, u64)>>;
+
 /// Data ranges of the plan by path, and metadata by device.
-fn ranges(
-    p: &Plan,
-) -> (
-    BTreeMap<String, Vec<(u64, u64)>>,
-    BTreeMap<u64, Vec<(u64, u64)>>,
-) {
-    let mut data: BTreeMap<String, Vec<(u64, u64)>> = BTreeMap::new();
-    let mut meta: BTreeMap<u64, Vec<(u64, u64)>> = BTreeMap::new();
+fn ranges(p: &Plan) -> (Ranges<String>, Ranges<u64>) {
+    let mut data: Ranges<String> = BTreeMap::new();
+    let mut meta: Ranges<u64> = BTreeMap::new();
     for e in &p.entries {
         match *e {
             Entry::Data { file, offset, len } => data
