@@ -5,7 +5,8 @@
 //! `cargo test -p warmstart-plan --test corpus -- --ignored write_corpus`
 //! writes the files again from the builders below.
 //! `cargo test -p warmstart-plan --release --test corpus -- --ignored fuzz_million`
-//! runs a million mutations of them through the decoders.
+//! runs a million mutations of them through the decoders
+//! (`WARMSTART_FUZZ_RUNS=N` for another count).
 
 mod common;
 
@@ -263,7 +264,11 @@ fn payload(name: &str, image: &[u8]) -> Option<Vec<u8>> {
 #[test]
 #[ignore = "long: run in release, `--ignored fuzz_million`"]
 fn fuzz_million() {
-    const RUNS: u64 = 1_000_000;
+    // WARMSTART_FUZZ_RUNS shortens (or lengthens) the run.
+    let runs: u64 = std::env::var("WARMSTART_FUZZ_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
     let seeds: Vec<(String, Vec<u8>, Option<Vec<u8>>)> = expected()
         .into_iter()
         .map(|(name, _)| {
@@ -275,9 +280,9 @@ fn fuzz_million() {
         .collect();
     let mut rng = Rng(0x5eed_f00d_fa22);
     let (mut accepted, mut refused, mut panics) = (0u64, 0u64, 0u64);
-    let (mut worst_alloc, mut slowest) = (0.0f64, Duration::ZERO);
+    let (mut worst_alloc, mut worst_seed, mut slowest) = (0.0f64, "", Duration::ZERO);
     let start = Instant::now();
-    for i in 0..RUNS {
+    for i in 0..runs {
         let (name, image, raw) = &seeds[rng.below(seeds.len())];
         let rounds = 1 + rng.below(4);
         let input = match raw {
@@ -307,7 +312,10 @@ fn fuzz_million() {
         slowest = slowest.max(t.elapsed());
         match outcome {
             Ok((results, peak)) => {
-                worst_alloc = worst_alloc.max(peak as f64 / alloc_bound(input.len()) as f64);
+                let ratio = peak as f64 / alloc_bound(input.len()) as f64;
+                if ratio > worst_alloc {
+                    (worst_alloc, worst_seed) = (ratio, name.as_str());
+                }
                 for r in results {
                     if r.is_ok() {
                         accepted += 1;
@@ -321,10 +329,10 @@ fn fuzz_million() {
     }
     let took = start.elapsed();
     println!(
-        "fuzz_million: {RUNS} inputs ({} decodes) in {:.1} s: {accepted} accepted, \
+        "fuzz_million: {runs} inputs ({} decodes) in {:.1} s: {accepted} accepted, \
          {refused} refused, {panics} panics; slowest input {:?}; \
-         largest allocation {:.1}% of its bound",
-        3 * RUNS,
+         largest allocation {:.1}% of its bound (a mutation of {worst_seed})",
+        3 * runs,
         took.as_secs_f64(),
         slowest,
         worst_alloc * 100.0

@@ -67,13 +67,15 @@ pub fn peak_alloc<T>(f: impl FnOnce() -> T) -> (T, usize) {
 
 /// The most a decode of an input of `len` bytes may allocate at once. A
 /// plan's payload inflates at most about 1,032-fold (deflate's limit),
-/// capped by the container at 256 MiB; decoded, each payload byte becomes
-/// at most 16 bytes of structures (a 2-byte lookup entry is 24 bytes in
-/// memory; strings are copied once). The bound is that, plus the inflate
-/// buffer, plus 1 MiB of fixed overhead.
+/// capped by the container at 256 MiB, into a buffer that doubles as it
+/// grows (2x). Decoded, each payload byte becomes at most 16 bytes of
+/// structures (a 2-byte lookup entry is 24 bytes in memory, a 2-byte
+/// lookup 32), in vectors that also double as they grow (another 2x). The
+/// bound is that, plus 1 MiB of fixed overhead (the reader's first
+/// buffer).
 pub fn alloc_bound(len: usize) -> usize {
     let inflated = (len * 1032).min(256 << 20);
-    inflated * 2 + inflated * 16 + (1 << 20)
+    inflated * 2 + inflated * 16 * 2 + (1 << 20)
 }
 
 pub fn meta() -> TraceMeta {
