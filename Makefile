@@ -45,14 +45,20 @@ lint: deps
 demo: release
 	WS=$(CURDIR)/$(RELEASE) ./scripts/demo.sh
 
+# Raw output goes to bench/runs/DATE-HOST/, never into docs/ (which is
+# installed); docs/benchmarks.md is rendered from it with bench/markdown.py.
 bench: release
-	$(RELEASE) bench --suite bench/suite.toml --runs 5 --plot docs/img --export-json docs/img/bench.json --export-csv docs/img/bench.csv
+	out=bench/runs/$$(date +%F)-$$(hostname); mkdir -p $$out && \
+	$(RELEASE) bench --suite bench/suite.toml --runs 5 --plot $$out --export-json $$out/bench.json --export-csv $$out/bench.csv && \
+	python3 bench/markdown.py $$out/bench.json > $$out/tables.md && echo "tables for docs/benchmarks.md: $$out/tables.md"
 
 install: release
 	install -m 0755 $(RELEASE) /usr/local/bin/warmstart
-	install -d -m 0755 /etc/warmstart /usr/local/share/doc/warmstart
+	install -d -m 0755 /etc/warmstart /usr/local/share/doc/warmstart/guide /usr/local/share/doc/warmstart/reference
 	[ -e /etc/warmstart/config.toml ] || install -m 0644 dist/config.toml /etc/warmstart/config.toml
-	install -m 0644 docs/*.md /usr/local/share/doc/warmstart/
+	install -m 0644 README.md /usr/local/share/doc/warmstart/
+	install -m 0644 docs/guide/*.md /usr/local/share/doc/warmstart/guide/
+	install -m 0644 docs/reference/*.md /usr/local/share/doc/warmstart/reference/
 	if [ -d /etc/systemd/system ]; then install -m 0644 dist/warmstart.service /etc/systemd/system/; \
 	  systemctl daemon-reload 2>/dev/null || true; echo "enable with: systemctl enable --now warmstart"; fi
 

@@ -97,9 +97,10 @@ pub enum Command {
         warmstart daemon                                   # as root; usually run by systemd\n  \
         warmstart daemon --config /etc/warmstart/config.toml\n  \
         systemctl enable --now warmstart                   # after `make install`\n\n\
-        Policy lives in /etc/warmstart/config.toml (see docs/daemon.md). Launches with a plan are\n\
-        prefetched from their exec on; others are learned in the background. SIGTERM or Ctrl-C\n\
-        stops the daemon; SIGHUP (`systemctl reload warmstart`) reads the configuration again.")]
+        Policy lives in /etc/warmstart/config.toml (see docs/reference/config.md). Launches\n\
+        with a plan are prefetched from their exec on; others are learned in the background.\n\
+        SIGTERM or Ctrl-C stops the daemon; SIGHUP (`systemctl reload warmstart`) reads the\n\
+        configuration again.")]
     Daemon(DaemonArgs),
     /// Measure launch times like the papers: cold, warm, peers and warmstart, side by side.
     Bench(Box<warmstart_bench::BenchArgs>),
