@@ -614,7 +614,7 @@ fn root_run_two_launches_of_one_profile_do_not_race() {
     let flag = state.path().join("go");
     // The first launch learns until the test lets it finish.
     let script = format!("while [ ! -e {} ]; do sleep 0.05; done", flag.display());
-    let mut first = Command::new(warmstart())
+    let first = Command::new(warmstart())
         .args(["run", "--state-dir"])
         .arg(state.path())
         .args(["--profile", "shared", "--report"])
