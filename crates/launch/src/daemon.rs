@@ -1584,7 +1584,7 @@ fn handle(
             let exact = profile_name(&argv);
             let mut reset = Vec::new();
             let mut profiles = shared.profiles.lock().unwrap_or_else(|e| e.into_inner());
-            for mut p in store.list().into_iter().flatten() {
+            for mut p in store.list().unwrap_or_default().into_iter().flatten() {
                 let mine = p.name == exact
                     || p.command.first().is_some_and(|c| {
                         policy_path(&crate::manager::resolve_exe(c), &p.command, Path::new("/"))
@@ -1641,7 +1641,11 @@ fn handle(
         }
         Request::Forget { names, all } => {
             let mut profiles = shared.profiles.lock().unwrap_or_else(|e| e.into_inner());
-            let names = if all { store.names() } else { names };
+            let names = if all {
+                store.names().unwrap_or_default()
+            } else {
+                names
+            };
             let (mut forgotten, mut missing) = (Vec::new(), Vec::new());
             for n in names {
                 if !crate::store::valid_name(&n) {
@@ -2181,7 +2185,7 @@ fn finish_session(
 fn evict_lru(store: &Store, cache: &Cache, max: u64) {
     let mut sizes: BTreeMap<u64, (String, u64)> = BTreeMap::new();
     let mut total = 0;
-    for p in store.list().into_iter().flatten() {
+    for p in store.list().unwrap_or_default().into_iter().flatten() {
         let size: u64 = std::fs::read_dir(store.dir(&p.name))
             .map(|rd| {
                 rd.flatten()

@@ -145,20 +145,39 @@ impl LaunchReport {
     }
 }
 
-/// The profile name for a command: the executable's base name and a hash
-/// of its resolved path and arguments, so `python3 a.py` and `python3 b.py`
-/// are different launches.
+/// The profile name for a command run by this process's user: see
+/// [`profile_name_for`].
 pub fn profile_name(argv: &[String]) -> String {
-    name_for(&resolve_exe(&argv[0]), argv)
+    // SAFETY: geteuid has no preconditions.
+    profile_name_for(unsafe { libc::geteuid() }, argv)
 }
 
-/// [`profile_name`] for an executable already resolved.
-fn name_for(exe: &str, argv: &[String]) -> String {
+/// The profile name for a command run by `uid`: the executable's base
+/// name (at most 64 characters), the user, and a digest of the resolved
+/// executable and the arguments, so `python3 a.py` and `python3 b.py` are
+/// different launches and one user's launches never decide what is read
+/// for another's. The digest is SHA-256 cut to 128 bits: a CRC could be
+/// forged to collide with another command's profile.
+pub fn profile_name_for(uid: u32, argv: &[String]) -> String {
+    name_for(uid, &resolve_exe(&argv[0]), argv)
+}
+
+/// How long a launch waits for its profile's lock before it runs
+/// unmanaged: longer than the daemon's save, far shorter than a launch.
+const PROFILE_LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Characters of the program's name kept in a profile name.
+const NAME_BASE_MAX: usize = 64;
+
+/// [`profile_name_for`] for an executable already resolved.
+fn name_for(uid: u32, exe: &str, argv: &[String]) -> String {
+    use sha2::{Digest, Sha256};
     let base = Path::new(&argv[0])
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "cmd".into());
     let base: String = base
+        .trim_start_matches('.')
         .chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || "-_.".contains(c) {
@@ -167,14 +186,18 @@ fn name_for(exe: &str, argv: &[String]) -> String {
                 '_'
             }
         })
+        .take(NAME_BASE_MAX)
         .collect();
-    let mut h = crc32fast::Hasher::new();
-    h.update(exe.as_bytes());
-    for a in &argv[1..] {
-        h.update(b"\0");
-        h.update(a.as_bytes());
+    let base = if base.is_empty() { "cmd".into() } else { base };
+    let mut h = Sha256::new();
+    // Each part length-prefixed: ["a", "b c"] and ["a b", "c"] differ.
+    for part in std::iter::once(exe).chain(argv[1..].iter().map(String::as_str)) {
+        h.update((part.len() as u64).to_le_bytes());
+        h.update(part.as_bytes());
     }
-    format!("{}-{:08x}", base.trim_start_matches('.'), h.finalize())
+    let d = h.finalize();
+    let hex: String = d[..16].iter().map(|b| format!("{b:02x}")).collect();
+    format!("{base}-u{uid}-{hex}")
 }
 
 pub(crate) fn resolve_exe(cmd: &str) -> String {
@@ -229,7 +252,12 @@ pub fn run(
     let name = match profile {
         Some(n) if !valid_name(n) => return Err(Error::BadName(n.to_string())),
         Some(n) => n.to_string(),
-        None => name_for(&canonical(program.as_deref(), &text[0]), &text),
+        // SAFETY: geteuid has no preconditions.
+        None => name_for(
+            unsafe { libc::geteuid() },
+            &canonical(program.as_deref(), &text[0]),
+            &text,
+        ),
     };
     // No state to keep, or none that can be read: the launch still
     // happens, unmanaged.
@@ -251,6 +279,19 @@ pub fn run(
     };
     let store = match Store::open(&cfg.state_dir) {
         Ok(s) => s,
+        Err(e) => return unmanaged(&e),
+    };
+    // One writer per profile: a second launch of the same command while
+    // the first is learned, or while the daemon saves it, runs unmanaged
+    // rather than racing it for trace numbers and the plan. Released when
+    // this process ends or execs (the descriptor is close-on-exec).
+    let _lock = match store.lock_within(&name, PROFILE_LOCK_WAIT) {
+        Ok(Some(l)) => l,
+        Ok(None) => {
+            return unmanaged(&format!(
+            "profile {name} is in use by another warmstart (a concurrent launch of this command)"
+        ))
+        }
         Err(e) => return unmanaged(&e),
     };
     let mut prof = match store.load(&name) {
@@ -1015,6 +1056,27 @@ mod tests {
         assert!(a.starts_with("sh-"));
         assert!(valid_name(&a));
         assert!(valid_name(&profile_name(&["./weird name!".into()])));
+        // Argument boundaries count.
+        assert_ne!(
+            profile_name(&["sh".into(), "a".into(), "b c".into()]),
+            profile_name(&["sh".into(), "a b".into(), "c".into()])
+        );
+    }
+
+    #[test]
+    fn profile_names_are_per_user_and_always_valid() {
+        let argv: Vec<String> = vec!["/bin/sh".into(), "x".into()];
+        let root = profile_name_for(0, &argv);
+        let user = profile_name_for(1000, &argv);
+        assert_ne!(root, user);
+        assert!(root.starts_with("sh-u0-") && user.starts_with("sh-u1000-"));
+        // Same command, same user: same profile.
+        assert_eq!(user, profile_name_for(1000, &argv));
+        // A very long or empty program name still gives a valid name.
+        for exe in ["x".repeat(300), "...".into(), "é".repeat(100)] {
+            let n = profile_name_for(u32::MAX, std::slice::from_ref(&exe));
+            assert!(valid_name(&n), "{exe:?} -> {n:?}");
+        }
     }
 
     #[test]

@@ -43,7 +43,10 @@ pub fn run(args: RunArgs, quiet: bool) -> Result<i32> {
     if let Some(p) = &args.report {
         // The launch happened: its status is the command's, whatever
         // becomes of the report.
-        if let Err(e) = std::fs::write(p, serde_json::to_vec_pretty(&report)?) {
+        // Atomically, and never through a symlink planted at that path.
+        if let Err(e) =
+            warmstart_launch::store::write_atomic(p, &serde_json::to_vec_pretty(&report)?)
+        {
             eprintln!("warmstart: cannot write the report {}: {e}", p.display());
         }
     }
@@ -173,7 +176,7 @@ pub fn status(args: StatusArgs) -> Result<i32> {
         (None, Some(d)) if !d.state_dir.as_os_str().is_empty() => Store::at(&d.state_dir),
         _ => store(&args.state_dir)?,
     };
-    let profiles = store.list();
+    let profiles = store.list().context("cannot read the state directory")?;
     if args.json {
         // One document, whether or not a daemon answered.
         let v: Vec<_> = profiles
@@ -319,7 +322,7 @@ pub fn forget(args: ForgetArgs) -> Result<i32> {
     let store = store(&args.state_dir)?;
     let names: Vec<String> = if args.all {
         // Unreadable profiles too: `status` tells to remove those this way.
-        store.names()
+        store.names().context("cannot read the state directory")?
     } else {
         vec![args
             .profile
