@@ -112,6 +112,18 @@ pub fn render(results: &Results) -> String {
         let _ = write!(out, " {c} |");
     }
     out.push('\n');
+    out.push('\n');
+    let _ = writeln!(out, "Commands, and when a launch counts as complete:");
+    out.push('\n');
+    for p in &results.programs {
+        let _ = writeln!(
+            out,
+            "- {}: `{}` (ready: {})",
+            cell(&p.name),
+            p.command.join(" ").replace('`', "'"),
+            p.ready
+        );
+    }
     out
 }
 
@@ -230,6 +242,10 @@ mod tests {
     fn table_rows_and_mean() {
         let text = render(&fixed());
         let rows: Vec<&str> = text.lines().filter(|l| l.starts_with('|')).collect();
+        assert!(
+            text.ends_with("- py\\|json: `true` (ready: exit)\n"),
+            "{text}"
+        );
         // Header, rule, two programs, mean.
         assert_eq!(rows.len(), 5, "{text}");
         assert_eq!(

@@ -212,3 +212,46 @@ fn root_every_scenario_runs_on_a_real_command() {
         }
     }
 }
+
+#[test]
+fn root_the_binary_writes_every_export() {
+    let _g = serial();
+    if !is_root() {
+        eprintln!("skipped: needs root to record");
+        return;
+    }
+    let (dir, data, _) = fixture();
+    let out = |f: &str| dir.path().join(f);
+    let run = std::process::Command::new(env!("CARGO_BIN_EXE_warmstart-bench"))
+        .args(["--quiet", "--evict-files", "--scenarios", "cold,warm"])
+        .args(["--runs", "1", "--warmup", "0", "--name", "cat-data"])
+        .arg("--export-markdown")
+        .arg(out("r.md"))
+        .arg("--export-json")
+        .arg(out("r.json"))
+        .arg("--")
+        .arg("cat")
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let md = std::fs::read_to_string(out("r.md")).unwrap();
+    assert!(md.contains("- **Machine:** "), "{md}");
+    assert!(
+        md.contains(
+            "- **Method:** 1 interleaved round per program after 0 warm-up launches; \
+             cold launches start with the launch's own files evicted"
+        ),
+        "{md}"
+    );
+    assert!(md.contains("| program | cold | warm |"), "{md}");
+    assert!(md.contains("\n| cat-data | "), "{md}");
+    // The JSON holds the same results.
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out("r.json")).unwrap()).unwrap();
+    assert_eq!(json["programs"][0]["name"], "cat-data");
+}
