@@ -156,3 +156,28 @@ fn missing_harness_names_both_places() {
     assert!(err.contains(&empty.path().display().to_string()), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
 }
+
+#[test]
+fn the_product_binary_does_not_depend_on_the_harness() {
+    let _g = serial();
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let out = run_ok(Command::new(cargo).args([
+        "tree",
+        "-p",
+        "warmstart",
+        "--edges",
+        "normal",
+        "--prefix",
+        "none",
+        "--format",
+        "{p}",
+    ]));
+    let tree = text(&out.stdout);
+    assert!(tree.contains("warmstart-launch"), "{tree}");
+    for harness in ["warmstart-bench", "plotters", "indicatif", "regex-lite"] {
+        assert!(
+            !tree.lines().any(|l| l.starts_with(&format!("{harness} "))),
+            "warmstart depends on {harness}:\n{tree}"
+        );
+    }
+}
