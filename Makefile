@@ -12,6 +12,11 @@ DEB_PACKAGES := clang llvm libelf-dev zlib1g-dev pkg-config make e2fsprogs xfspr
 # too; evaluated when used, after `deps` has installed rustc.
 HOST = $(shell rustc -vV | sed -n 's/^host: //p')
 RELEASE = target/$(HOST)/release/warmstart
+# The benchmark harness, a binary of its own that `warmstart bench` runs:
+# installed beside warmstart, so the product binary does not carry it.
+RELEASE_BENCH = target/$(HOST)/release/warmstart-bench
+# Raw benchmark output: kept in the repository if wanted, never installed.
+BENCH_RUN := bench/runs/$(shell date +%F)-$(shell hostname)
 
 .PHONY: all deps build release test demo bench lint fmt clean install
 
@@ -33,7 +38,7 @@ build: deps
 	$(CARGO) build --workspace
 
 release: deps
-	RUSTFLAGS="$$RUSTFLAGS -C target-feature=+crt-static" $(CARGO) build --release -p warmstart --target $(HOST)
+	RUSTFLAGS="$$RUSTFLAGS -C target-feature=+crt-static" $(CARGO) build --release -p warmstart -p warmstart-bench --target $(HOST)
 
 test: build
 	$(CARGO) test --workspace
@@ -46,14 +51,17 @@ demo: release
 	WS=$(CURDIR)/$(RELEASE) ./scripts/demo.sh
 
 # Raw output goes to bench/runs/DATE-HOST/, never into docs/ (which is
-# installed); docs/benchmarks.md is rendered from it with bench/markdown.py.
+# installed); docs/benchmarks.md embeds the markdown export (bench.md).
 bench: release
-	out=bench/runs/$$(date +%F)-$$(hostname); mkdir -p $$out && \
-	$(RELEASE) bench --suite bench/suite.toml --runs 5 --plot $$out --export-json $$out/bench.json --export-csv $$out/bench.csv && \
-	python3 bench/markdown.py $$out/bench.json > $$out/tables.md && echo "tables for docs/benchmarks.md: $$out/tables.md"
+	mkdir -p $(BENCH_RUN)
+	$(RELEASE) bench --suite bench/suite.toml --runs 5 --plot $(BENCH_RUN) \
+	  --export-json $(BENCH_RUN)/bench.json --export-csv $(BENCH_RUN)/bench.csv \
+	  --export-markdown $(BENCH_RUN)/bench.md
+	@echo "tables for docs/benchmarks.md: $(BENCH_RUN)/bench.md"
 
 install: release
 	install -m 0755 $(RELEASE) /usr/local/bin/warmstart
+	install -m 0755 $(RELEASE_BENCH) /usr/local/bin/warmstart-bench
 	install -d -m 0755 /etc/warmstart /usr/local/share/doc/warmstart/guide /usr/local/share/doc/warmstart/reference
 	[ -e /etc/warmstart/config.toml ] || install -m 0644 dist/config.toml /etc/warmstart/config.toml
 	install -m 0644 README.md /usr/local/share/doc/warmstart/

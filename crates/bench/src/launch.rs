@@ -228,7 +228,7 @@ pub fn launch(t: &Target, t0: Instant) -> Result<Launched> {
         }
     }
     let deadline = t0 + t.timeout;
-    let result = wait_ready(t, &mut child, &matched, deadline, t0);
+    let result = wait_ready(t, &mut child, &matched, &readers, deadline, t0);
     stop(&mut child, pgid);
     for r in readers {
         let _ = r.join();
@@ -240,6 +240,7 @@ fn wait_ready(
     t: &Target,
     child: &mut Child,
     matched: &AtomicBool,
+    readers: &[thread::JoinHandle<()>],
     deadline: Instant,
     t0: Instant,
 ) -> Result<Launched> {
@@ -280,8 +281,16 @@ fn wait_ready(
                     exit_code: code,
                 });
             }
-            // The last lines may still be in the pipe.
-            thread::sleep(Duration::from_millis(20));
+            // The last lines may still be in the pipe: wait for the
+            // readers to reach its end (a helper the program left running
+            // may hold it open, hence the bound).
+            let drained = Instant::now() + Duration::from_secs(2);
+            while !matched.load(Ordering::Relaxed)
+                && !readers.iter().all(thread::JoinHandle::is_finished)
+                && Instant::now() < drained
+            {
+                thread::sleep(Duration::from_millis(5));
+            }
             if matched.load(Ordering::Relaxed) || t.ready.poll() == Some(true) {
                 return Ok(Launched {
                     time,
@@ -395,26 +404,42 @@ mod tests {
         }
     }
 
+    /// A shell command that writes its pid to a file first; the pid
+    /// stays the program's through `exec`.
+    fn with_pid(script: &str) -> (tempfile::TempDir, String, std::path::PathBuf) {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("pid");
+        let cmd = format!("echo $$ > {}; {script}", f.display());
+        (d, cmd, f)
+    }
+
+    /// The launch's process is gone (stopped and reaped, not left running
+    /// nor waited for until it ends by itself).
+    fn assert_stopped(pid_file: &std::path::Path) {
+        let pid = std::fs::read_to_string(pid_file).unwrap();
+        let proc = std::path::PathBuf::from(format!("/proc/{}", pid.trim()));
+        assert!(!proc.exists(), "{} is still there", proc.display());
+    }
+
     #[test]
     fn idle_readiness_ends_at_the_last_read() {
         // Reads for a moment, then sits idle for 30 s: complete at the
         // reads, found idle after 0.3 s, and stopped.
-        let t = target(
-            &[
-                "sh",
-                "-c",
-                "for i in 1 2 3; do cat /etc/passwd > /dev/null; done; exec sleep 30",
-            ],
-            "idle:0.3",
-        );
+        let (_d, cmd, pid) =
+            with_pid("for i in 1 2 3; do cat /etc/passwd > /dev/null; done; exec sleep 30");
+        let t = target(&["sh", "-c", &cmd], "idle:0.3");
         let start = Instant::now();
         let l = launch(&t, start).unwrap();
-        assert!(l.time < Duration::from_secs(5), "{:?}", l.time);
-        assert!(start.elapsed() >= Duration::from_millis(300));
+        assert_eq!(l.exit_code, None, "stopped before it exited");
+        // Complete at its last read, which came before the idle time
+        // that was waited out.
+        let waited = start.elapsed();
+        assert!(waited >= Duration::from_millis(300), "{waited:?}");
         assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "stopped, not waited for"
+            l.time + Duration::from_millis(300) <= waited,
+            "{l:?} {waited:?}"
         );
+        assert_stopped(&pid);
     }
 
     #[test]
@@ -425,15 +450,22 @@ mod tests {
 
     #[test]
     fn output_readiness_stops_a_program_that_stays_up() {
-        let t = target(
-            &["sh", "-c", "echo starting; echo READY >&2; exec sleep 30"],
-            "output:^READY",
-        );
-        let start = Instant::now();
-        let l = launch(&t, start).unwrap();
+        let (_d, cmd, pid) = with_pid("echo starting; echo READY >&2; exec sleep 30");
+        let t = target(&["sh", "-c", &cmd], "output:^READY");
+        let l = launch(&t, Instant::now()).unwrap();
         assert_eq!(l.exit_code, None);
-        // Stopped, not waited for: well under the 30 s sleep.
-        assert!(start.elapsed() < Duration::from_secs(10));
+        assert_stopped(&pid);
+    }
+
+    #[test]
+    fn output_readiness_sees_the_last_line_before_exit() {
+        // Ready on the very line it prints as it exits: the readers are
+        // waited for, not given a moment.
+        for _ in 0..20 {
+            let t = target(&["sh", "-c", "echo READY"], "output:^READY");
+            let l = launch(&t, Instant::now()).unwrap();
+            assert!(matches!(l.exit_code, None | Some(0)), "{l:?}");
+        }
     }
 
     #[test]

@@ -32,6 +32,9 @@ impl Cli {
     /// so it is parsed with its own definition alone: building all eleven
     /// subcommands took 0.4 ms, a fifth of a warm launch's 2 ms budget.
     pub fn parse_args() -> Cli {
+        if let Some(cli) = bench_handover(std::env::args_os().skip(1)) {
+            return cli;
+        }
         if std::env::args_os().nth(1).is_some_and(|a| a == "run") {
             let mut args = std::env::args_os();
             let argv0 = args.next().unwrap_or_default();
@@ -43,6 +46,31 @@ impl Cli {
         }
         Cli::parse()
     }
+}
+
+/// `warmstart [-q] bench ARGS…` and `warmstart help bench`, taken before
+/// clap sees them: every argument after `bench` belongs to
+/// `warmstart-bench`, `--help` and `--version` included, whatever it looks
+/// like.
+fn bench_handover(args: impl Iterator<Item = std::ffi::OsString>) -> Option<Cli> {
+    let mut args = args.peekable();
+    let mut quiet = false;
+    while args.peek().is_some_and(|a| a == "-q" || a == "--quiet") {
+        quiet = true;
+        args.next();
+    }
+    let sub = args.next()?;
+    let args: Vec<_> = if sub == "bench" {
+        args.collect()
+    } else if sub == "help" && args.peek().is_some_and(|a| a == "bench") {
+        vec!["--help".into()]
+    } else {
+        return None;
+    };
+    Some(Cli {
+        quiet,
+        command: Command::Bench(BenchArgs { args }),
+    })
 }
 
 // `warmstart run` alone, for `Cli::parse_args`; its help is the same.
@@ -103,7 +131,11 @@ pub enum Command {
         configuration again.")]
     Daemon(DaemonArgs),
     /// Measure launch times like the papers: cold, warm, peers and warmstart, side by side.
-    Bench(Box<warmstart_bench::BenchArgs>),
+    ///
+    /// Runs the `warmstart-bench` binary installed beside `warmstart` (or on
+    /// PATH) with the same arguments; `warmstart bench --help` shows its options.
+    #[command(disable_help_flag = true)]
+    Bench(BenchArgs),
     /// Run a command with adaptive runtime prefetching of its data streams (prefetchd).
     #[command(after_help = "EXAMPLES:\n  \
         warmstart stream -- sqlite3 big.db 'select count(*) from t where x like \"%a%\"'\n  \
@@ -138,6 +170,19 @@ pub enum Command {
         For interpreters (python3, sh, perl, java, ...) the program is the script, as in the\n\
         daemon's policy. Options go before PROGRAM.")]
     Learn(LearnArgs),
+}
+
+/// `warmstart bench`: everything is `warmstart-bench`'s to parse.
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    /// Options and command for warmstart-bench (see `warmstart bench --help`).
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        num_args = 0..,
+        value_name = "ARGS"
+    )]
+    pub args: Vec<std::ffi::OsString>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -445,5 +490,56 @@ fn non_negative(s: &str) -> Result<f64, String> {
         Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
         Ok(_) => Err("expected a finite number, 0 or more".into()),
         Err(e) => Err(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn handover(args: &[&str]) -> Option<(bool, Vec<String>)> {
+        bench_handover(args.iter().map(std::ffi::OsString::from)).map(|c| match c.command {
+            Command::Bench(b) => (
+                c.quiet,
+                b.args
+                    .iter()
+                    .map(|a| a.to_string_lossy().into_owned())
+                    .collect(),
+            ),
+            other => panic!("{other:?}"),
+        })
+    }
+
+    #[test]
+    fn bench_arguments_are_all_handed_over() {
+        assert_eq!(
+            handover(&["bench", "--help"]),
+            Some((false, vec!["--help".into()]))
+        );
+        assert_eq!(
+            handover(&["-q", "--quiet", "bench", "--runs", "3", "--", "ls", "-q"]),
+            Some((
+                true,
+                ["--runs", "3", "--", "ls", "-q"].map(String::from).to_vec()
+            ))
+        );
+        assert_eq!(handover(&["bench"]), Some((false, vec![])));
+        assert_eq!(
+            handover(&["help", "bench"]),
+            Some((false, vec!["--help".into()]))
+        );
+        assert_eq!(handover(&["help"]), None);
+        assert_eq!(handover(&["run", "--", "bench"]), None);
+        assert_eq!(handover(&["-v", "bench"]), None);
+        assert_eq!(handover(&[]), None);
+    }
+
+    #[test]
+    fn clap_alone_also_keeps_bench_arguments_raw() {
+        let c = Cli::try_parse_from(["warmstart", "bench", "--runs", "2", "--help"]).unwrap();
+        let Command::Bench(b) = c.command else {
+            panic!("{c:?}")
+        };
+        assert_eq!(b.args, ["--runs", "2", "--help"]);
     }
 }

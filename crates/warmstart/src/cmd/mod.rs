@@ -1,5 +1,6 @@
 //! One module per subcommand. Each returns the process exit code.
 
+mod bench;
 mod compile;
 mod manage;
 mod record;
@@ -21,7 +22,7 @@ pub fn dispatch(cli: Cli) -> Result<i32> {
         Command::Status(args) => manage::status(args),
         Command::Daemon(args) => manage::daemon(args),
         Command::Stream(args) => stream::run(args, cli.quiet),
-        Command::Bench(args) => warmstart_bench::run(*args, cli.quiet),
+        Command::Bench(args) => bench::run(args, cli.quiet),
         Command::Forget(args) => manage::forget(args),
         Command::Learn(args) => manage::learn(args),
     }
