@@ -316,49 +316,82 @@ fn wait_ready(
     }
 }
 
+/// The processes of group `pgid`, from /proc.
+fn group_members(pgid: u32) -> Vec<u32> {
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            // /proc/PID/stat: "pid (comm) state ppid pgrp ..."; comm may hold spaces.
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    stat.rsplit_once(')')
+                        .and_then(|(_, rest)| rest.split_whitespace().nth(2))
+                        .and_then(|g| g.parse::<u32>().ok())
+                })
+                == Some(pgid)
+        })
+        .collect()
+}
+
 /// Bytes read so far (rchar: every read(), cached or not, plus
 /// read_bytes: what reached storage, which covers mmap faults) by the
 /// processes of group `pgid`, from /proc.
 fn group_reads(pgid: u32) -> u64 {
-    let mut total = 0;
-    let Ok(rd) = std::fs::read_dir("/proc") else {
-        return 0;
-    };
-    for e in rd.flatten() {
-        let name = e.file_name();
-        let Some(pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else {
-            continue;
-        };
-        // /proc/PID/stat: "pid (comm) state ppid pgrp ..."; comm may hold spaces.
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let pgrp = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(2))
-            .and_then(|g| g.parse::<u32>().ok());
-        if pgrp != Some(pgid) {
-            continue;
-        }
-        if let Ok(io) = std::fs::read_to_string(format!("/proc/{pid}/io")) {
-            total += io
-                .lines()
+    group_members(pgid)
+        .into_iter()
+        .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/io")).ok())
+        .map(|io| {
+            io.lines()
                 .filter(|l| l.starts_with("rchar:") || l.starts_with("read_bytes:"))
                 .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-                .sum::<u64>();
-        }
-    }
-    total
+                .sum::<u64>()
+        })
+        .sum()
 }
 
-/// Stops what is left of the launch: TERM to the group, KILL after a grace
-/// period, then reaps the child.
+/// Waits up to `grace` for the child to exit.
+fn wait_exit(child: &mut Child, grace: Duration) -> bool {
+    let until = Instant::now() + grace;
+    loop {
+        if child.try_wait().ok().flatten().is_some() {
+            return true;
+        }
+        if Instant::now() >= until {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// How long a wrapper (`warmstart run`, the group's leader) may take to
+/// save what it learned once the program it ran is gone. GIMP outlives
+/// TERM's grace period; killing the whole group then killed the wrapper
+/// too before it saved its trace, so `run` never got a plan for it.
+const LEADER_GRACE: Duration = Duration::from_secs(15);
+
+/// Stops what is left of the launch: TERM to the group; after a grace
+/// period KILL to the rest of the group but its leader, which then gets
+/// time to finish (a wrapper saving its trace); then KILL to all, and
+/// reaps the child.
 fn stop(child: &mut Child, pgid: u32) {
     if child.try_wait().ok().flatten().is_none() {
         os::signal_group(pgid, libc::SIGTERM);
-        let until = Instant::now() + Duration::from_secs(3);
-        while Instant::now() < until && child.try_wait().ok().flatten().is_none() {
-            thread::sleep(Duration::from_millis(5));
+        if !wait_exit(child, Duration::from_secs(3)) {
+            let others: Vec<u32> = group_members(pgid)
+                .into_iter()
+                .filter(|&p| p != child.id())
+                .collect();
+            for &p in &others {
+                // SAFETY: kill has no memory-safety preconditions.
+                unsafe { libc::kill(p as i32, libc::SIGKILL) };
+            }
+            if !others.is_empty() {
+                wait_exit(child, LEADER_GRACE);
+            }
         }
     }
     // Helpers a program left running in its group (a daemonised server)
@@ -370,6 +403,31 @@ fn stop(child: &mut Child, pgid: u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A leader that outlives TERM (a wrapper whose program ignores it)
+    /// gets to finish once the rest of its group is killed.
+    #[test]
+    fn stop_lets_the_leader_finish_after_its_group() {
+        use std::os::unix::process::CommandExt;
+        let d = tempfile::tempdir().unwrap();
+        let saved = d.path().join("saved");
+        let script = format!("trap '' TERM; sleep 60; echo x > {}", saved.display());
+        let mut child = std::process::Command::new("/bin/sh")
+            .args(["-c", &script])
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pgid = child.id();
+        // The group has its sleep before it is stopped.
+        let t = Instant::now();
+        while group_members(pgid).len() < 2 {
+            assert!(t.elapsed() < Duration::from_secs(10), "sleep never started");
+            thread::sleep(Duration::from_millis(10));
+        }
+        stop(&mut child, pgid);
+        assert!(saved.exists(), "the leader was killed before it finished");
+        assert!(group_members(pgid).is_empty());
+    }
 
     fn target(argv: &[&str], ready: &str) -> Target {
         Target {
