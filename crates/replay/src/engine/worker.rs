@@ -1,0 +1,487 @@
+//! The workers and the state they share: each request is executed here,
+//! files are opened and checked against their identity on first use, and
+//! every outcome is counted for the report.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::Receiver;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use warmstart_plan::trace::{FileId, PAGE_SIZE};
+use warmstart_plan::{Entry, Plan};
+
+use super::dispatch::split;
+use super::{lock, monotonic_ns, nanos, Engine, Options};
+use crate::backend::{Backend, LookupOutcome};
+use crate::error::dev_name;
+use crate::report::{Count, IdField, LookupCounts, Report, SkipReason, SkippedDevice, SkippedFile};
+use crate::ReplayError;
+
+impl<B: Backend> Engine<'_, B> {
+    pub(super) fn worker(&self, state: &State<'_, B>, rx: &Mutex<Receiver<Work>>) {
+        let mut first = true;
+        if let Some(prio) = self.opts.io_priority {
+            if let Err(e) = self.backend.set_io_priority(prio) {
+                state.note(e.to_string());
+            }
+        }
+        loop {
+            // Holding the lock while blocked in recv is fine: the other
+            // workers would be waiting for work anyway.
+            let work = lock(rx).recv();
+            match work {
+                Ok(w) => {
+                    state.execute(w);
+                    if std::mem::take(&mut first) {
+                        self.confine(state);
+                    }
+                }
+                Err(_) => return,
+            }
+        }
+    }
+}
+
+/// One request for a worker.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Work {
+    /// `first`: the first chunk of its entry, so entries are counted once.
+    Data {
+        file: u32,
+        offset: u64,
+        len: u64,
+        first: bool,
+    },
+    Meta {
+        device: u64,
+        offset: u64,
+        len: u64,
+        first: bool,
+    },
+    Lookup {
+        index: u32,
+    },
+}
+
+pub(super) enum FileState<H> {
+    Unopened,
+    Open(Arc<H>),
+    /// All its requests are issued; the descriptor is closed.
+    Done,
+    Skipped(SkipReason),
+}
+
+pub(super) struct FileSlot<H> {
+    pub(super) state: Mutex<FileState<H>>,
+    /// Largest request on this file's device.
+    pub(super) chunk: u64,
+    /// Requests not yet executed; the descriptor closes at zero.
+    pub(super) chunks_left: AtomicU64,
+    pub(super) skipped: Mutex<Count>,
+    /// Ranges issued, kept for the residency wait.
+    pub(super) issued: Mutex<Vec<(u64, u64)>>,
+}
+
+pub(super) enum DevState<H> {
+    Unopened,
+    Open(Arc<H>),
+    Failed(String),
+}
+
+pub(super) struct DeviceSlot<H> {
+    pub(super) state: Mutex<DevState<H>>,
+    pub(super) chunk: u64,
+    pub(super) skipped: Mutex<Count>,
+    pub(super) issued: Mutex<Vec<(u64, u64)>>,
+}
+
+/// What the workers share.
+pub(super) struct State<'a, B: Backend> {
+    pub(super) backend: &'a B,
+    pub(super) plan: &'a Plan,
+    pub(super) keep_ranges: bool,
+    pub(super) files: Vec<FileSlot<B::Handle>>,
+    pub(super) devices: BTreeMap<u64, DeviceSlot<B::Handle>>,
+    pub(super) data: Mutex<Count>,
+    pub(super) meta: Mutex<Count>,
+    pub(super) lookups: Mutex<LookupCounts>,
+    pub(super) requests: AtomicU64,
+    /// The engine's progress counter, shared with the launch manager.
+    pub(super) progress: Option<Arc<AtomicU64>>,
+    pub(super) first_started: Option<Arc<AtomicU64>>,
+    pub(super) first_issued: Option<Arc<AtomicU64>>,
+    pub(super) files_opened: AtomicU64,
+    pub(super) failed_requests: AtomicU64,
+    pub(super) errors: Mutex<(Vec<String>, u64)>,
+    pub(super) busy_open: AtomicU64,
+    pub(super) busy_data: AtomicU64,
+    pub(super) busy_meta: AtomicU64,
+    pub(super) busy_lookup: AtomicU64,
+    /// The CPUs the replay's threads are confined to, if they are.
+    pub(super) cpus: Option<Vec<usize>>,
+    /// A thread moved to `cpus`; one failed to.
+    pub(super) moved: AtomicBool,
+    pub(super) move_failed: AtomicBool,
+    /// A residency query was refused (EPERM); said once.
+    pub(super) residency_denied: AtomicBool,
+}
+
+/// How many problem messages a report keeps.
+const MAX_ERRORS: usize = 32;
+
+impl<'a, B: Backend> State<'a, B> {
+    pub(super) fn new(backend: &'a B, plan: &'a Plan, opts: &Options) -> Self {
+        let mut chunks: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut chunk_of = |dev: u64| {
+            *chunks.entry(dev).or_insert_with(|| {
+                let ra = backend
+                    .read_ahead(dev)
+                    .filter(|&b| b > 0)
+                    .unwrap_or(Options::DEFAULT_CHUNK)
+                    .min(opts.max_request);
+                // Whole pages: the kernel's cap counts pages.
+                (ra / PAGE_SIZE).max(1) * PAGE_SIZE
+            })
+        };
+        let mut files: Vec<FileSlot<B::Handle>> = plan
+            .files
+            .iter()
+            .map(|f| FileSlot {
+                state: Mutex::new(FileState::Unopened),
+                chunk: chunk_of(f.id.dev),
+                chunks_left: AtomicU64::new(0),
+                skipped: Mutex::new(Count::default()),
+                issued: Mutex::new(Vec::new()),
+            })
+            .collect();
+        let mut devices = BTreeMap::new();
+        for e in &plan.entries {
+            match *e {
+                Entry::Data { file, offset, len } => {
+                    let slot = &mut files[file as usize];
+                    *slot.chunks_left.get_mut() += split(offset, len, slot.chunk).count() as u64;
+                }
+                Entry::Meta { device, .. } => {
+                    devices.entry(device).or_insert_with(|| DeviceSlot {
+                        // A device known to refuse us is skipped by the
+                        // dispatcher: no worker started just to fail.
+                        state: Mutex::new(match backend.refused_device(device) {
+                            Some(e) => DevState::Failed(e.to_string()),
+                            None => DevState::Unopened,
+                        }),
+                        chunk: chunk_of(device),
+                        skipped: Mutex::new(Count::default()),
+                        issued: Mutex::new(Vec::new()),
+                    });
+                }
+                Entry::Lookup { .. } => {}
+            }
+        }
+        State {
+            backend,
+            plan,
+            keep_ranges: opts.wait.is_some(),
+            files,
+            devices,
+            data: Mutex::new(Count::default()),
+            meta: Mutex::new(Count::default()),
+            lookups: Mutex::new(LookupCounts::default()),
+            requests: AtomicU64::new(0),
+            progress: None,
+            first_started: None,
+            first_issued: None,
+            files_opened: AtomicU64::new(0),
+            failed_requests: AtomicU64::new(0),
+            errors: Mutex::new((Vec::new(), 0)),
+            busy_open: AtomicU64::new(0),
+            busy_data: AtomicU64::new(0),
+            busy_meta: AtomicU64::new(0),
+            busy_lookup: AtomicU64::new(0),
+            cpus: None,
+            moved: AtomicBool::new(false),
+            move_failed: AtomicBool::new(false),
+            residency_denied: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether metadata device `device` could not be opened or read.
+    pub(super) fn device_failed(&self, device: u64) -> bool {
+        self.devices
+            .get(&device)
+            .is_some_and(|d| matches!(*lock(&d.state), DevState::Failed(_)))
+    }
+
+    /// Records a problem that does not stop the replay.
+    pub(super) fn note(&self, msg: String) {
+        let mut e = lock(&self.errors);
+        e.1 += 1;
+        if e.0.len() < MAX_ERRORS {
+            e.0.push(msg);
+        }
+    }
+
+    /// Counts an issued request in the shared progress, stamping the first.
+    fn issued_one(&self) {
+        if let Some(p) = &self.progress {
+            if p.fetch_add(1, Ordering::Relaxed) == 0 {
+                if let Some(f) = &self.first_issued {
+                    let _ =
+                        f.compare_exchange(0, monotonic_ns(), Ordering::Relaxed, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    pub(super) fn execute(&self, w: Work) {
+        if let Some(f) = &self.first_started {
+            if f.load(Ordering::Relaxed) == 0 {
+                let _ = f.compare_exchange(0, monotonic_ns(), Ordering::Relaxed, Ordering::Relaxed);
+            }
+        }
+        match w {
+            Work::Data {
+                file,
+                offset,
+                len,
+                first,
+            } => self.data(file, offset, len, first),
+            Work::Meta {
+                device,
+                offset,
+                len,
+                first,
+            } => self.meta(device, offset, len, first),
+            Work::Lookup { index } => self.lookup(index),
+        }
+    }
+
+    fn data(&self, file: u32, offset: u64, len: u64, first: bool) {
+        let slot = &self.files[file as usize];
+        if let Some(h) = self.file_handle(file) {
+            let t = Instant::now();
+            let res = self.backend.prefetch(&h, offset, len);
+            self.busy_data
+                .fetch_add(nanos(t.elapsed()), Ordering::Relaxed);
+            match res {
+                Ok(()) => {
+                    self.requests.fetch_add(1, Ordering::Relaxed);
+                    self.issued_one();
+                    let mut c = lock(&self.data);
+                    c.bytes += len;
+                    c.entries += u64::from(first);
+                    drop(c);
+                    if self.keep_ranges {
+                        lock(&slot.issued).push((offset, len));
+                    }
+                }
+                Err(e) => {
+                    self.failed_requests.fetch_add(1, Ordering::Relaxed);
+                    self.note(e.to_string());
+                }
+            }
+        } else {
+            let mut c = lock(&slot.skipped);
+            c.bytes += len;
+            c.entries += u64::from(first);
+        }
+        if slot.chunks_left.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let mut st = lock(&slot.state);
+            if matches!(*st, FileState::Open(_)) {
+                // Workers still holding a clone keep it open until they finish.
+                *st = FileState::Done;
+            }
+        }
+    }
+
+    /// The open descriptor of plan file `file`, opening and validating it on
+    /// first use; `None` if the file is skipped. Other workers wanting the
+    /// same file wait on the slot's lock rather than opening it twice.
+    fn file_handle(&self, file: u32) -> Option<Arc<B::Handle>> {
+        let slot = &self.files[file as usize];
+        let mut st = lock(&slot.state);
+        match &*st {
+            FileState::Open(h) => return Some(Arc::clone(h)),
+            FileState::Skipped(_) => return None,
+            FileState::Unopened | FileState::Done => {}
+        }
+        let pf = &self.plan.files[file as usize];
+        let t = Instant::now();
+        let opened = self.backend.open_file(Path::new(&pf.path));
+        self.busy_open
+            .fetch_add(nanos(t.elapsed()), Ordering::Relaxed);
+        match opened {
+            Ok((h, found)) => match check_identity(&pf.id, &found) {
+                None => {
+                    let h = Arc::new(h);
+                    if matches!(*st, FileState::Unopened) {
+                        self.files_opened.fetch_add(1, Ordering::Relaxed);
+                    }
+                    *st = FileState::Open(Arc::clone(&h));
+                    Some(h)
+                }
+                Some(reason) => {
+                    *st = FileState::Skipped(reason);
+                    None
+                }
+            },
+            Err(e) => {
+                *st = FileState::Skipped(skip_reason(&e));
+                None
+            }
+        }
+    }
+
+    fn meta(&self, device: u64, offset: u64, len: u64, first: bool) {
+        let slot = &self.devices[&device];
+        let handle = {
+            let mut st = lock(&slot.state);
+            if let DevState::Unopened = *st {
+                let t = Instant::now();
+                *st = match self.backend.open_device(device) {
+                    Ok(h) => DevState::Open(Arc::new(h)),
+                    Err(e) => DevState::Failed(e.to_string()),
+                };
+                self.busy_open
+                    .fetch_add(nanos(t.elapsed()), Ordering::Relaxed);
+            }
+            match &*st {
+                DevState::Open(h) => Some(Arc::clone(h)),
+                _ => None,
+            }
+        };
+        let issued = handle.is_some_and(|h| {
+            let t = Instant::now();
+            let res = self.backend.prefetch(&h, offset, len);
+            self.busy_meta
+                .fetch_add(nanos(t.elapsed()), Ordering::Relaxed);
+            match res {
+                Ok(()) => true,
+                Err(e) => {
+                    // E.g. a device that refuses fadvise: skip all its
+                    // metadata from here on rather than fail request by
+                    // request.
+                    let mut st = lock(&slot.state);
+                    if matches!(*st, DevState::Open(_)) {
+                        *st = DevState::Failed(e.to_string());
+                    }
+                    false
+                }
+            }
+        });
+        if issued {
+            self.requests.fetch_add(1, Ordering::Relaxed);
+            self.issued_one();
+            let mut c = lock(&self.meta);
+            c.bytes += len;
+            c.entries += u64::from(first);
+            drop(c);
+            if self.keep_ranges {
+                lock(&slot.issued).push((offset, len));
+            }
+        } else {
+            let mut c = lock(&slot.skipped);
+            c.bytes += len;
+            c.entries += u64::from(first);
+        }
+    }
+
+    fn lookup(&self, index: u32) {
+        let l = &self.plan.lookups[index as usize];
+        let t = Instant::now();
+        let res = self.backend.lookup(l.kind, Path::new(&l.path));
+        self.busy_lookup
+            .fetch_add(nanos(t.elapsed()), Ordering::Relaxed);
+        let mut c = lock(&self.lookups);
+        c.done += 1;
+        match res {
+            Ok(LookupOutcome::Found) => c.found += 1,
+            Ok(LookupOutcome::NotFound) => c.not_found += 1,
+            Ok(LookupOutcome::StatOnly) => c.stat_only += 1,
+            Err(e) => {
+                c.failed += 1;
+                drop(c);
+                self.note(e.to_string());
+            }
+        }
+    }
+
+    pub(super) fn report(&self, plan: &Plan) -> Report {
+        let mut r = Report {
+            entries_total: plan.entries.len() as u64,
+            data: *lock(&self.data),
+            meta: *lock(&self.meta),
+            lookups: *lock(&self.lookups),
+            requests: self.requests.load(Ordering::Relaxed),
+            files_opened: self.files_opened.load(Ordering::Relaxed),
+            failed_requests: self.failed_requests.load(Ordering::Relaxed),
+            ..Report::default()
+        };
+        r.entries_issued = r.data.entries + r.meta.entries + r.lookups.done;
+        for (slot, pf) in self.files.iter().zip(&plan.files) {
+            if let FileState::Skipped(reason) = &*lock(&slot.state) {
+                let c = *lock(&slot.skipped);
+                r.skipped_data.entries += c.entries;
+                r.skipped_data.bytes += c.bytes;
+                r.skipped_files.push(SkippedFile {
+                    path: pf.path.clone(),
+                    reason: reason.clone(),
+                    entries: c.entries,
+                    bytes: c.bytes,
+                });
+            }
+        }
+        for (&device, slot) in &self.devices {
+            let c = *lock(&slot.skipped);
+            if c.entries == 0 && c.bytes == 0 {
+                continue;
+            }
+            r.skipped_meta.entries += c.entries;
+            r.skipped_meta.bytes += c.bytes;
+            let error = match &*lock(&slot.state) {
+                DevState::Failed(e) => e.clone(),
+                _ => String::new(),
+            };
+            r.skipped_devices.push(SkippedDevice {
+                device,
+                name: dev_name(device),
+                error,
+                entries: c.entries,
+                bytes: c.bytes,
+            });
+        }
+        let e = lock(&self.errors);
+        r.errors = e.0.clone();
+        r.error_count = e.1;
+        r
+    }
+}
+
+/// `None` if `found` is the file the plan recorded.
+fn check_identity(planned: &FileId, found: &FileId) -> Option<SkipReason> {
+    let fields = IdField::diff(planned, found);
+    if fields.is_empty() {
+        return None;
+    }
+    Some(SkipReason::Changed {
+        fields,
+        planned: *planned,
+        found: *found,
+    })
+}
+
+fn skip_reason(e: &ReplayError) -> SkipReason {
+    match e {
+        ReplayError::Open { source, .. }
+            if source.kind() == std::io::ErrorKind::NotFound
+                || source.raw_os_error() == Some(libc::ENOTDIR) =>
+        {
+            SkipReason::Missing
+        }
+        ReplayError::NotRegular { .. } => SkipReason::NotRegular,
+        other => SkipReason::OpenFailed {
+            error: other.to_string(),
+        },
+    }
+}
