@@ -28,11 +28,13 @@ mod real;
 mod report;
 
 pub use backend::{Backend, IoPriority, LookupOutcome, MemInfo, ReplayCpus, Residency};
-pub use engine::{monotonic_ns, replay, Engine, Options};
+pub use engine::{
+    device_reads_reach, metadata_paths, monotonic_ns, replay, Engine, Options, MAX_META_REQUEST,
+};
 pub use error::{dev_name, ReplayError};
 pub use mock::MockBackend;
 pub use real::{parse_meminfo, read_ahead_bytes, unusable_cpus, RealBackend, RealHandle};
 pub use report::{
-    Count, IdField, LookupCounts, MemoryReport, Report, SkipReason, SkippedDevice, SkippedFile,
-    Timings, WaitReport,
+    Count, IdField, LookupCounts, MemoryReport, MetaDevice, MetaPath, Report, SkipReason,
+    SkippedDevice, SkippedFile, Timings, WaitReport,
 };

@@ -11,9 +11,10 @@ use std::time::Instant;
 use warmstart_plan::trace::PAGE_SIZE;
 use warmstart_plan::{Entry, Plan};
 
-use super::worker::{State, Work};
+use super::worker::{clamp, State, Work};
 use super::{lock, Engine};
 use crate::backend::{Backend, MemInfo, ReplayCpus};
+use crate::report::Count;
 use crate::ReplayError;
 
 impl<B: Backend> Engine<'_, B> {
@@ -51,117 +52,179 @@ impl<B: Backend> Engine<'_, B> {
                 }
                 (started > 0).then_some(new)
             };
-            let total = plan.data_bytes() + plan.meta_bytes();
+            let total = state.to_issue;
             let mut dispatched = 0u64;
             let mut inline_first = self.opts.io_priority.is_none();
             let handed = std::cell::Cell::new(false);
             let mut confined = false;
+            // Hands `w` to a worker, starting one if not all run; false if
+            // the replay was cancelled. `schedule`: work of the schedule,
+            // which the first request must not overtake.
+            let mut send = |w: Work, schedule: bool| {
+                if self.cancel.load(Ordering::Relaxed) {
+                    return false;
+                }
+                let Some(new) = start_worker() else {
+                    return false;
+                };
+                if tx.send(w).is_err() {
+                    return false;
+                }
+                if schedule {
+                    handed.set(true);
+                }
+                if new {
+                    // The new worker has work: let it run. Under the
+                    // daemon the replay's threads are real-time and
+                    // share one CPU, so without this the dispatcher
+                    // started all eight workers (0.4 ms) before the
+                    // first of them issued anything.
+                    thread::yield_now();
+                }
+                true
+            };
+
+            // Metadata first, each device's in one sweep (see `meta`).
+            let meta_entries: u64 = state
+                .devices
+                .values()
+                .flat_map(|d| &d.ranges)
+                .map(|r| r.covers.entries)
+                .sum();
+            let mut meta_done = 0u64;
+            let stop = |d: &mut Dispatch, i: usize, meta_done: u64| {
+                d.not_reached = not_reached(plan, i, meta_entries - meta_done);
+            };
+            if !state.devices.is_empty() && !self.memory_allows(state, d, 0, total) {
+                stop(d, 0, 0);
+                return spawn_result(spawn_error, started);
+            }
+            for (&device, slot) in &state.devices {
+                for r in &slot.ranges {
+                    if state.device_failed(device) {
+                        // Refused, not worth reading, or failed on an
+                        // earlier range: no worker is woken for it.
+                        state.skip_meta(device, r.covers);
+                        meta_done += r.covers.entries;
+                        continue;
+                    }
+                    for (first, offset, len) in split(r.offset, r.len, slot.chunk) {
+                        if !first && state.device_failed(device) {
+                            break;
+                        }
+                        let credit = if first { r.covers } else { Count::default() };
+                        let w = Work::Meta {
+                            device,
+                            offset,
+                            len,
+                            credit,
+                        };
+                        if !send(w, false) {
+                            d.cancelled = self.cancel.load(Ordering::Relaxed);
+                            stop(d, 0, meta_done);
+                            return spawn_result(spawn_error, started);
+                        }
+                        meta_done += credit.entries;
+                        dispatched = dispatched.saturating_add(len);
+                    }
+                }
+            }
+
             for (i, entry) in plan.entries.iter().enumerate() {
                 if self.cancel.load(Ordering::Relaxed) {
                     d.cancelled = true;
-                    d.not_reached = (plan.entries.len() - i) as u64;
+                    stop(d, i, meta_done);
                     break;
+                }
+                let (file, offset, len) = match *entry {
+                    // Read (or skipped) above.
+                    Entry::Meta { .. } => continue,
+                    Entry::Lookup { index } => {
+                        if !self.memory_allows(state, d, dispatched, total - dispatched) {
+                            stop(d, i, meta_done);
+                            break;
+                        }
+                        if !send(Work::Lookup { index }, true) {
+                            d.cancelled = self.cancel.load(Ordering::Relaxed);
+                            stop(d, i, meta_done);
+                            break;
+                        }
+                        if !std::mem::replace(&mut confined, true) {
+                            self.confine(state);
+                        }
+                        continue;
+                    }
+                    Entry::Data { file, offset, len } => (file, offset, len),
+                };
+                let (offset, clamped) = clamp(plan, file, offset, len);
+                if clamped < len {
+                    let mut c = lock(&state.beyond_eof);
+                    c.bytes += len - clamped;
+                    c.entries += u64::from(clamped == 0);
+                }
+                let slot = &state.files[file as usize];
+                if clamped == 0 {
+                    continue;
                 }
                 if !self.memory_allows(state, d, dispatched, total - dispatched) {
-                    d.not_reached = (plan.entries.len() - i) as u64;
+                    stop(d, i, meta_done);
                     break;
                 }
-                // A large entry is many requests: stop between them too.
-                let mut send = |w: Work| {
-                    if self.cancel.load(Ordering::Relaxed) {
-                        return false;
+                if state.file_skipped(file) {
+                    // Known bad: counted here, no worker is woken for it.
+                    let mut c = lock(&slot.skipped);
+                    c.entries += 1;
+                    c.bytes += clamped;
+                    dispatched = dispatched.saturating_add(clamped);
+                    continue;
+                }
+                let mut sent = true;
+                for (first, o, l) in split(offset, clamped, slot.chunk) {
+                    if !first && state.file_skipped(file) {
+                        // Found bad on this entry's first request: the
+                        // rest is counted at once, however many requests
+                        // it would have been.
+                        lock(&slot.skipped).bytes += offset + clamped - o;
+                        break;
                     }
-                    let Some(new) = start_worker() else {
-                        return false;
+                    let w = Work::Data {
+                        file,
+                        offset: o,
+                        len: l,
+                        first,
                     };
-                    if tx.send(w).is_err() {
-                        return false;
+                    if !handed.get() && std::mem::take(&mut inline_first) {
+                        // The first request is issued by this thread
+                        // unless work of the schedule was handed out
+                        // before it (which it must not overtake) or the
+                        // replay has an I/O priority (set on the workers
+                        // only, not on the caller's thread): a hand-off
+                        // costs a thread start and, under the daemon, a
+                        // wait for a CPU. Issued, it counts as reached
+                        // even if a cancel arrived meanwhile.
+                        state.execute(w);
+                        continue;
                     }
-                    handed.set(true);
-                    if new {
-                        // The new worker has work: let it run. Under the
-                        // daemon the replay's threads are real-time and
-                        // share one CPU, so without this the dispatcher
-                        // started all eight workers (0.4 ms) before the
-                        // first of them issued anything.
-                        thread::yield_now();
+                    if !send(w, true) {
+                        sent = false;
+                        break;
                     }
-                    true
-                };
-                let mut skipped = false;
-                let sent = match *entry {
-                    Entry::Data { file, offset, len } => {
-                        let chunk = state.files[file as usize].chunk;
-                        split(offset, len, chunk).all(|(first, offset, len)| {
-                            let w = Work::Data {
-                                file,
-                                offset,
-                                len,
-                                first,
-                            };
-                            if !handed.get() && std::mem::take(&mut inline_first) {
-                                // The first request is issued by this
-                                // thread unless work was handed out before
-                                // it (which it must not overtake) or the
-                                // replay has an I/O priority (set on the
-                                // workers only, not on the caller's
-                                // thread): a hand-off costs a thread start
-                                // and, under the daemon, a wait for a CPU.
-                                // Issued, it counts as reached even if a
-                                // cancel arrived meanwhile.
-                                state.execute(w);
-                                return true;
-                            }
-                            send(w)
-                        })
-                    }
-                    Entry::Meta { device, len, .. } if state.device_failed(device) => {
-                        // Skipped here: no worker needs waking for it (a
-                        // plan's head can be many metadata entries, and
-                        // each hand-off costs the first request time).
-                        let mut c = lock(&state.devices[&device].skipped);
-                        c.bytes += len;
-                        c.entries += 1;
-                        skipped = true;
-                        true
-                    }
-                    Entry::Meta {
-                        device,
-                        offset,
-                        len,
-                    } => {
-                        let chunk = state.devices[&device].chunk;
-                        split(offset, len, chunk).all(|(first, offset, len)| {
-                            send(Work::Meta {
-                                device,
-                                offset,
-                                len,
-                                first,
-                            })
-                        })
-                    }
-                    Entry::Lookup { index } => send(Work::Lookup { index }),
-                };
+                }
                 if !sent {
                     // Cancelled mid-entry (or every worker is gone, which
                     // only a panic can cause and `thread::scope` re-raises).
                     d.cancelled = self.cancel.load(Ordering::Relaxed);
-                    d.not_reached = (plan.entries.len() - i) as u64;
+                    stop(d, i, meta_done);
                     break;
                 }
-                dispatched += entry_bytes(entry);
-                if !skipped && !std::mem::replace(&mut confined, true) {
+                dispatched = dispatched.saturating_add(clamped);
+                if !std::mem::replace(&mut confined, true) {
                     // The first entry is on its way: now this thread moves.
                     self.confine(state);
                 }
             }
             drop(tx);
-            match spawn_error {
-                // Not one worker: at most the first request was issued.
-                Some(source) if started == 0 => Err(ReplayError::Thread { source }),
-                // Fewer workers than asked for still replay the plan.
-                _ => Ok(()),
-            }
+            spawn_result(spawn_error, started)
         })
     }
 
@@ -174,7 +237,16 @@ impl<B: Backend> Engine<'_, B> {
         remaining: u64,
     ) -> bool {
         if d.floor == 0 {
-            return true;
+            // Guard off, but a replay never reads more than the machine's
+            // memory: the rest would evict what it read first. This also
+            // ends a forged plan of exabytes at once.
+            if remaining <= d.mem.total {
+                return true;
+            }
+            d.stopped_by_memory = true;
+            d.available_at_stop = Some(d.mem.available);
+            d.remaining_at_stop = Some(remaining);
+            return false;
         }
         if d.sample_at.elapsed() >= self.opts.memory_check_interval {
             match self.backend.memory() {
@@ -286,24 +358,51 @@ pub(super) fn split(offset: u64, len: u64, chunk: u64) -> impl Iterator<Item = (
             return None;
         }
         let first = start == offset;
-        // The next boundary after `start`, counted from the first page.
-        let stop = (base + ((start - base) / chunk + 1) * chunk).min(end);
+        // The next boundary after `start`, counted from the first page
+        // (saturating: a range may end at the top of the u64 range).
+        let stop = base
+            .saturating_add(((start - base) / chunk + 1).saturating_mul(chunk))
+            .min(end);
         let piece = (first, start, stop - start);
         start = stop;
         Some(piece)
     })
 }
 
-fn entry_bytes(e: &Entry) -> u64 {
-    match *e {
-        Entry::Data { len, .. } | Entry::Meta { len, .. } => len,
-        Entry::Lookup { .. } => 0,
+/// Not one worker: at most the first request was issued. Fewer workers
+/// than asked for still replay the plan.
+fn spawn_result(spawn_error: Option<std::io::Error>, started: usize) -> Result<(), ReplayError> {
+    match spawn_error {
+        Some(source) if started == 0 => Err(ReplayError::Thread { source }),
+        _ => Ok(()),
     }
+}
+
+/// Entries a replay stopping at schedule position `from` never reaches:
+/// those left of the schedule other than metadata (read before it), and
+/// the metadata entries not yet issued or skipped.
+fn not_reached(plan: &Plan, from: usize, meta_left: u64) -> u64 {
+    let rest = plan.entries[from..]
+        .iter()
+        .filter(|e| !matches!(e, Entry::Meta { .. }))
+        .count() as u64;
+    rest + meta_left
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::worker::chunk_count;
     use super::*;
+
+    #[test]
+    fn chunk_count_of_huge_ranges_is_computed() {
+        const P: u64 = PAGE_SIZE;
+        assert_eq!(chunk_count(0, 1 << 62, 128 * P), (1 << 62) / (128 * P));
+        assert_eq!(chunk_count(100, 0, P), 0);
+        assert_eq!(chunk_count(u64::MAX - P, P, 2 * P), 1);
+        let top: Vec<_> = split(u64::MAX - 2 * P, 2 * P, 2 * P).collect();
+        assert_eq!(top.iter().map(|c| c.2).sum::<u64>(), 2 * P, "{top:?}");
+    }
 
     #[test]
     fn split_table() {
@@ -348,6 +447,11 @@ mod tests {
         for (name, offset, len, chunk, want) in cases {
             let got: Vec<_> = split(offset, len, chunk).collect();
             assert_eq!(got, want, "{name}");
+            assert_eq!(
+                chunk_count(offset, len, chunk),
+                got.len() as u64,
+                "{name}: counted as split cuts"
+            );
             let covered: u64 = got.iter().map(|c| c.2).sum();
             assert_eq!(covered, len, "{name}: covers the range exactly");
             for &(_, o, l) in &got {

@@ -24,8 +24,11 @@
 //!   `MemAvailable` under a floor (DESIGN §5, "do no harm").
 
 mod dispatch;
+mod meta;
 mod wait;
 mod worker;
+
+pub use meta::{device_reads_reach, metadata_paths, MAX_META_REQUEST};
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -34,7 +37,7 @@ use std::time::{Duration, Instant};
 use warmstart_plan::trace::PAGE_SIZE;
 use warmstart_plan::Plan;
 
-use crate::backend::{Backend, IoPriority, ReplayCpus};
+use crate::backend::{Backend, IoPriority, MemInfo, ReplayCpus};
 use crate::report::{MemoryReport, Report, Timings};
 use crate::ReplayError;
 
@@ -67,6 +70,9 @@ pub struct Options {
     pub wait: Option<Duration>,
     /// Pause between residency checks while waiting.
     pub wait_poll: Duration,
+    /// Metadata ranges of one device are read as one where the hole
+    /// between them is at most this many bytes.
+    pub meta_gap: u64,
 }
 
 impl Options {
@@ -118,6 +124,7 @@ impl Default for Options {
             memory_check_interval: Duration::from_millis(10),
             wait: None,
             wait_poll: Duration::from_millis(2),
+            meta_gap: warmstart_plan::compile::DEFAULT_MERGE_GAP,
         }
     }
 }
@@ -228,18 +235,28 @@ impl<'b, B: Backend> Engine<'b, B> {
     pub fn run(&self, plan: &Plan) -> Result<Report, ReplayError> {
         plan.check()?;
         let t0 = Instant::now();
-        let mem = self.backend.memory()?;
+        let mut state = State::new(self.backend, plan, &self.opts, &self.cancel);
+        // Cancelled before any work: nothing is read, not even meminfo.
+        let cancelled = state.setup_cancelled || self.cancel.load(Ordering::Relaxed);
+        let mem = if cancelled {
+            MemInfo {
+                total: 0,
+                available: 0,
+            }
+        } else {
+            self.backend.memory()?
+        };
         let floor = self
             .opts
             .memory_floor
             .unwrap_or_else(|| Options::default_memory_floor(mem.total));
-        let mut state = State::new(self.backend, plan, &self.opts);
         state.progress = Some(Arc::clone(&self.progress));
         state.first_started = Some(Arc::clone(&self.first_started));
         state.first_issued = Some(Arc::clone(&self.first_issued));
         // This thread dispatches: it is confined with the workers, once the
         // first request is on its way, and gets its CPUs back afterwards.
-        let _restore = self.choose_cpus(&mut state).map(|cpus| Restore {
+        let restore = (!cancelled).then(|| self.choose_cpus(&mut state)).flatten();
+        let _restore = restore.map(|cpus| Restore {
             backend: self.backend,
             cpus,
         });
@@ -257,7 +274,13 @@ impl<'b, B: Backend> Engine<'b, B> {
             available_at_stop: None,
             remaining_at_stop: None,
         };
-        let issued = self.issue(plan, &state, &mut dispatch);
+        let issued = if cancelled {
+            dispatch.cancelled = true;
+            dispatch.not_reached = plan.entries.len() as u64;
+            Ok(())
+        } else {
+            self.issue(plan, &state, &mut dispatch)
+        };
         let issue = t1.elapsed();
 
         let t2 = Instant::now();

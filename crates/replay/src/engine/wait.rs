@@ -8,7 +8,8 @@ use std::time::Instant;
 
 use warmstart_plan::Plan;
 
-use super::worker::{DevState, State};
+use super::meta::DevState;
+use super::worker::State;
 use super::{lock, Engine};
 use crate::backend::Backend;
 use crate::report::WaitReport;

@@ -12,7 +12,7 @@ use std::time::Instant;
 use warmstart_plan::trace::{FileId, PAGE_SIZE};
 use warmstart_plan::{Entry, Plan};
 
-use super::dispatch::split;
+use super::meta::{self, DevState, DeviceSlot};
 use super::{lock, monotonic_ns, nanos, Engine, Options};
 use crate::backend::{Backend, LookupOutcome};
 use crate::error::dev_name;
@@ -54,11 +54,13 @@ pub(super) enum Work {
         len: u64,
         first: bool,
     },
+    /// `credit`: the plan entries and bytes this request stands for
+    /// (on the first request of a merged range, else zero).
     Meta {
         device: u64,
         offset: u64,
         len: u64,
-        first: bool,
+        credit: Count,
     },
     Lookup {
         index: u32,
@@ -84,19 +86,6 @@ pub(super) struct FileSlot<H> {
     pub(super) issued: Mutex<Vec<(u64, u64)>>,
 }
 
-pub(super) enum DevState<H> {
-    Unopened,
-    Open(Arc<H>),
-    Failed(String),
-}
-
-pub(super) struct DeviceSlot<H> {
-    pub(super) state: Mutex<DevState<H>>,
-    pub(super) chunk: u64,
-    pub(super) skipped: Mutex<Count>,
-    pub(super) issued: Mutex<Vec<(u64, u64)>>,
-}
-
 /// What the workers share.
 pub(super) struct State<'a, B: Backend> {
     pub(super) backend: &'a B,
@@ -105,6 +94,13 @@ pub(super) struct State<'a, B: Backend> {
     pub(super) files: Vec<FileSlot<B::Handle>>,
     pub(super) devices: BTreeMap<u64, DeviceSlot<B::Handle>>,
     pub(super) data: Mutex<Count>,
+    /// Data past the end of its file, not requested.
+    pub(super) beyond_eof: Mutex<Count>,
+    /// Bytes the replay will request if it runs to the end: data clamped
+    /// to its files, and the merged metadata ranges to be read.
+    pub(super) to_issue: u64,
+    /// The cancel flag was seen during setup; nothing may be issued.
+    pub(super) setup_cancelled: bool,
     pub(super) meta: Mutex<Count>,
     pub(super) lookups: Mutex<LookupCounts>,
     pub(super) requests: AtomicU64,
@@ -131,8 +127,14 @@ pub(super) struct State<'a, B: Backend> {
 /// How many problem messages a report keeps.
 const MAX_ERRORS: usize = 32;
 
+/// Setup checks the cancel flag once per this many files or entries.
+const CANCEL_CHECK_EVERY: usize = 4096;
+
 impl<'a, B: Backend> State<'a, B> {
-    pub(super) fn new(backend: &'a B, plan: &'a Plan, opts: &Options) -> Self {
+    /// Prepares `plan`'s replay: request sizes, descriptor counts and
+    /// metadata devices. Work per entry is constant (request counts are
+    /// computed, not enumerated), and `cancel` is checked as it goes.
+    pub(super) fn new(backend: &'a B, plan: &'a Plan, opts: &Options, cancel: &AtomicBool) -> Self {
         let mut chunks: BTreeMap<u64, u64> = BTreeMap::new();
         let mut chunk_of = |dev: u64| {
             *chunks.entry(dev).or_insert_with(|| {
@@ -145,39 +147,43 @@ impl<'a, B: Backend> State<'a, B> {
                 (ra / PAGE_SIZE).max(1) * PAGE_SIZE
             })
         };
-        let mut files: Vec<FileSlot<B::Handle>> = plan
-            .files
-            .iter()
-            .map(|f| FileSlot {
+        let mut files: Vec<FileSlot<B::Handle>> = Vec::with_capacity(plan.files.len());
+        let mut setup_cancelled = false;
+        for (i, f) in plan.files.iter().enumerate() {
+            if i % CANCEL_CHECK_EVERY == 0 && cancel.load(Ordering::Relaxed) {
+                setup_cancelled = true;
+                break;
+            }
+            files.push(FileSlot {
                 state: Mutex::new(FileState::Unopened),
                 chunk: chunk_of(f.id.dev),
                 chunks_left: AtomicU64::new(0),
                 skipped: Mutex::new(Count::default()),
                 issued: Mutex::new(Vec::new()),
-            })
-            .collect();
-        let mut devices = BTreeMap::new();
-        for e in &plan.entries {
-            match *e {
-                Entry::Data { file, offset, len } => {
+            });
+        }
+        let mut to_issue = 0u64;
+        if !setup_cancelled {
+            for (i, e) in plan.entries.iter().enumerate() {
+                if i % CANCEL_CHECK_EVERY == 0 && cancel.load(Ordering::Relaxed) {
+                    setup_cancelled = true;
+                    break;
+                }
+                if let Entry::Data { file, offset, len } = *e {
+                    let (offset, len) = clamp(plan, file, offset, len);
                     let slot = &mut files[file as usize];
-                    *slot.chunks_left.get_mut() += split(offset, len, slot.chunk).count() as u64;
+                    *slot.chunks_left.get_mut() += chunk_count(offset, len, slot.chunk);
+                    to_issue = to_issue.saturating_add(len);
                 }
-                Entry::Meta { device, .. } => {
-                    devices.entry(device).or_insert_with(|| DeviceSlot {
-                        // A device known to refuse us is skipped by the
-                        // dispatcher: no worker started just to fail.
-                        state: Mutex::new(match backend.refused_device(device) {
-                            Some(e) => DevState::Failed(e.to_string()),
-                            None => DevState::Unopened,
-                        }),
-                        chunk: chunk_of(device),
-                        skipped: Mutex::new(Count::default()),
-                        issued: Mutex::new(Vec::new()),
-                    });
-                }
-                Entry::Lookup { .. } => {}
             }
+        }
+        let devices = if setup_cancelled {
+            BTreeMap::new()
+        } else {
+            meta::devices(backend, plan, opts)
+        };
+        for d in devices.values() {
+            to_issue = to_issue.saturating_add(d.read_bytes());
         }
         State {
             backend,
@@ -186,6 +192,9 @@ impl<'a, B: Backend> State<'a, B> {
             files,
             devices,
             data: Mutex::new(Count::default()),
+            beyond_eof: Mutex::new(Count::default()),
+            to_issue,
+            setup_cancelled,
             meta: Mutex::new(Count::default()),
             lookups: Mutex::new(LookupCounts::default()),
             requests: AtomicU64::new(0),
@@ -206,11 +215,12 @@ impl<'a, B: Backend> State<'a, B> {
         }
     }
 
-    /// Whether metadata device `device` could not be opened or read.
-    pub(super) fn device_failed(&self, device: u64) -> bool {
-        self.devices
-            .get(&device)
-            .is_some_and(|d| matches!(*lock(&d.state), DevState::Failed(_)))
+    /// Whether plan file `file` was found missing or changed.
+    pub(super) fn file_skipped(&self, file: u32) -> bool {
+        matches!(
+            *lock(&self.files[file as usize].state),
+            FileState::Skipped(_)
+        )
     }
 
     /// Records a problem that does not stop the replay.
@@ -223,7 +233,7 @@ impl<'a, B: Backend> State<'a, B> {
     }
 
     /// Counts an issued request in the shared progress, stamping the first.
-    fn issued_one(&self) {
+    pub(super) fn issued_one(&self) {
         if let Some(p) = &self.progress {
             if p.fetch_add(1, Ordering::Relaxed) == 0 {
                 if let Some(f) = &self.first_issued {
@@ -251,8 +261,8 @@ impl<'a, B: Backend> State<'a, B> {
                 device,
                 offset,
                 len,
-                first,
-            } => self.meta(device, offset, len, first),
+                credit,
+            } => self.meta(device, offset, len, credit),
             Work::Lookup { index } => self.lookup(index),
         }
     }
@@ -333,60 +343,6 @@ impl<'a, B: Backend> State<'a, B> {
         }
     }
 
-    fn meta(&self, device: u64, offset: u64, len: u64, first: bool) {
-        let slot = &self.devices[&device];
-        let handle = {
-            let mut st = lock(&slot.state);
-            if let DevState::Unopened = *st {
-                let t = Instant::now();
-                *st = match self.backend.open_device(device) {
-                    Ok(h) => DevState::Open(Arc::new(h)),
-                    Err(e) => DevState::Failed(e.to_string()),
-                };
-                self.busy_open
-                    .fetch_add(nanos(t.elapsed()), Ordering::Relaxed);
-            }
-            match &*st {
-                DevState::Open(h) => Some(Arc::clone(h)),
-                _ => None,
-            }
-        };
-        let issued = handle.is_some_and(|h| {
-            let t = Instant::now();
-            let res = self.backend.prefetch(&h, offset, len);
-            self.busy_meta
-                .fetch_add(nanos(t.elapsed()), Ordering::Relaxed);
-            match res {
-                Ok(()) => true,
-                Err(e) => {
-                    // E.g. a device that refuses fadvise: skip all its
-                    // metadata from here on rather than fail request by
-                    // request.
-                    let mut st = lock(&slot.state);
-                    if matches!(*st, DevState::Open(_)) {
-                        *st = DevState::Failed(e.to_string());
-                    }
-                    false
-                }
-            }
-        });
-        if issued {
-            self.requests.fetch_add(1, Ordering::Relaxed);
-            self.issued_one();
-            let mut c = lock(&self.meta);
-            c.bytes += len;
-            c.entries += u64::from(first);
-            drop(c);
-            if self.keep_ranges {
-                lock(&slot.issued).push((offset, len));
-            }
-        } else {
-            let mut c = lock(&slot.skipped);
-            c.bytes += len;
-            c.entries += u64::from(first);
-        }
-    }
-
     fn lookup(&self, index: u32) {
         let l = &self.plan.lookups[index as usize];
         let t = Instant::now();
@@ -441,6 +397,9 @@ impl<'a, B: Backend> State<'a, B> {
             r.skipped_meta.bytes += c.bytes;
             let error = match &*lock(&slot.state) {
                 DevState::Failed(e) => e.clone(),
+                DevState::Unsupported(fs) => format!(
+                    "{fs} keeps its metadata in a cache of its own, which reading the device does not fill"
+                ),
                 _ => String::new(),
             };
             r.skipped_devices.push(SkippedDevice {
@@ -451,6 +410,8 @@ impl<'a, B: Backend> State<'a, B> {
                 bytes: c.bytes,
             });
         }
+        r.meta_devices = meta::describe(&self.devices);
+        r.beyond_eof = *lock(&self.beyond_eof);
         let e = lock(&self.errors);
         r.errors = e.0.clone();
         r.error_count = e.1;
@@ -484,4 +445,30 @@ fn skip_reason(e: &ReplayError) -> SkipReason {
             error: other.to_string(),
         },
     }
+}
+
+/// A data range cut at the end of its file, rounded up to a page: past it
+/// a file whose identity matches has no pages (identity includes the
+/// size), whatever the plan says. The length may come out 0.
+pub(super) fn clamp(plan: &Plan, file: u32, offset: u64, len: u64) -> (u64, u64) {
+    let size = plan.files[file as usize].id.size;
+    let limit = size.div_ceil(PAGE_SIZE).saturating_mul(PAGE_SIZE);
+    let end = offset.saturating_add(len).min(limit);
+    (offset, end.saturating_sub(offset))
+}
+
+/// How many requests [`split`](super::dispatch::split) cuts
+/// `offset..offset+len` into, computed rather than counted: a forged plan
+/// may hold a range of 2^62 bytes.
+pub(super) fn chunk_count(offset: u64, len: u64, chunk: u64) -> u64 {
+    if len == 0 {
+        return 0;
+    }
+    // Boundaries fall at multiples of `chunk` from the first page, and the
+    // start lies within that page, so no boundary precedes it.
+    let base = offset / PAGE_SIZE * PAGE_SIZE;
+    offset
+        .saturating_add(len)
+        .saturating_sub(base)
+        .div_ceil(chunk)
 }
