@@ -1,5 +1,6 @@
 //! Block devices holding metadata: finding their node, opening it safely,
-//! remembering a refusal, and their read-ahead size.
+//! remembering a refusal, their read-ahead size, and the filesystem
+//! mounted from them.
 
 use std::fs;
 use std::io::{self, Seek, SeekFrom};
@@ -12,6 +13,18 @@ use crate::error::dev_name;
 use crate::ReplayError;
 
 impl RealBackend {
+    /// The type of the filesystem mounted from block device `device`, from
+    /// `PROCFS/self/mountinfo`.
+    pub(super) fn mounted_filesystem(&self, device: u64) -> Option<String> {
+        let text = fs::read_to_string(self.procfs.join("self/mountinfo")).ok()?;
+        filesystem_of(&text, device, |source| {
+            // Only absolute paths can name a device node; O_PATH-free stat
+            // of a node has no side effects.
+            let m = fs::metadata(source).ok()?;
+            m.file_type().is_block_device().then(|| m.rdev())
+        })
+    }
+
     /// Candidate device nodes for `device`: udev's `/dev/block/MAJ:MIN`
     /// link, then the kernel's own name from sysfs (there may be no udev,
     /// as on this project's VMs).
@@ -129,6 +142,36 @@ pub fn read_ahead_bytes(sysfs: &Path, device: u64) -> Option<u64> {
     }
 }
 
+/// The filesystem type mounted from `device`, given the text of a
+/// `mountinfo` file. A line matches when its `MAJ:MIN` field is the device
+/// (ext4, xfs: `st_dev` of their files is the device), or when its mount
+/// source is a node of that device (`rdev_of`): btrfs gives its files an
+/// anonymous `st_dev`, so only the source names the disk.
+pub(super) fn filesystem_of(
+    mountinfo: &str,
+    device: u64,
+    rdev_of: impl Fn(&str) -> Option<u64>,
+) -> Option<String> {
+    let name = dev_name(device);
+    let mut by_source = None;
+    for line in mountinfo.lines() {
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
+        let mut right = right.split_whitespace();
+        let (Some(fs), Some(source)) = (right.next(), right.next()) else {
+            continue;
+        };
+        if left.split_whitespace().nth(2) == Some(name.as_str()) {
+            return Some(fs.to_string());
+        }
+        if by_source.is_none() && source.starts_with('/') && rdev_of(source) == Some(device) {
+            by_source = Some(fs.to_string());
+        }
+    }
+    by_source
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -202,5 +245,30 @@ mod tests {
                 root.path().join("dev/vda")
             ]
         );
+    }
+
+    #[test]
+    fn filesystem_of_mountinfo_fixture() {
+        let text = "\
+22 1 254:1 / / rw,relatime shared:1 - ext4 /dev/vda1 rw
+30 22 0:35 / /home rw,relatime shared:9 - btrfs /dev/loop3 rw,space_cache=v2
+31 22 7:4 / /srv rw,relatime shared:10 master:2 - xfs /dev/loop4 rw
+32 22 0:22 / /proc rw - proc proc rw
+";
+        let rdev = |s: &str| match s {
+            "/dev/loop3" => Some(libc::makedev(7, 3)),
+            "/dev/loop4" => Some(libc::makedev(7, 4)),
+            "/dev/vda1" => Some(libc::makedev(254, 1)),
+            _ => None,
+        };
+        let cases = [
+            ("by MAJ:MIN", libc::makedev(254, 1), Some("ext4")),
+            ("optional fields skipped", libc::makedev(7, 4), Some("xfs")),
+            ("btrfs by its source", libc::makedev(7, 3), Some("btrfs")),
+            ("not mounted", libc::makedev(8, 0), None),
+        ];
+        for (name, dev, want) in cases {
+            assert_eq!(filesystem_of(text, dev, rdev).as_deref(), want, "{name}");
+        }
     }
 }

@@ -64,6 +64,8 @@ struct DeviceMemo {
     read_ahead: HashMap<u64, (Option<u64>, Instant)>,
     /// The node tried last and the errno that refused it.
     refused: HashMap<u64, (PathBuf, i32, Instant)>,
+    /// The filesystem mounted from a device, if any.
+    filesystem: HashMap<u64, (Option<String>, Instant)>,
 }
 
 impl Default for RealBackend {
@@ -238,6 +240,19 @@ impl Backend for RealBackend {
             what: e.to_string(),
         })?;
         parse_meminfo(&text).map_err(|what| ReplayError::Memory { path, what })
+    }
+
+    fn device_filesystem(&self, device: u64) -> Option<String> {
+        if let Some((fs, at)) = self.memo().filesystem.get(&device) {
+            if at.elapsed() < DEVICE_MEMO_TTL {
+                return fs.clone();
+            }
+        }
+        let fs = self.mounted_filesystem(device);
+        self.memo()
+            .filesystem
+            .insert(device, (fs.clone(), Instant::now()));
+        fs
     }
 
     fn read_ahead(&self, device: u64) -> Option<u64> {
