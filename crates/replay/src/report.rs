@@ -213,7 +213,8 @@ pub struct WaitReport {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Timings {
     pub total_ns: u64,
-    /// Reading memory state and device read-ahead limits.
+    /// Reading memory state, device read-ahead limits and which filesystem
+    /// each metadata device holds.
     pub setup_ns: u64,
     /// From the first request to the last request returning. Requests are
     /// asynchronous, so I/O may still be in flight at its end.

@@ -20,8 +20,15 @@
 //!   read the wrong bytes (DESIGN §4). A file's descriptor is closed as soon
 //!   as its last request is issued, so large plans do not exhaust
 //!   descriptors.
+//! - Metadata goes first: each device's metadata entries are read before
+//!   the schedule, merged and in device order (see the `meta` module).
 //! - A memory guard stops before the remaining schedule would push
-//!   `MemAvailable` under a floor (DESIGN §5, "do no harm").
+//!   `MemAvailable` under a floor (DESIGN §5, "do no harm"); even with the
+//!   guard off, a replay never reads more than the machine's memory.
+//! - A forged plan costs no more than a real one: data ranges are clamped
+//!   to their file's size, request counts are computed rather than
+//!   enumerated, a file found bad has the rest of its entry counted in one
+//!   step, and setup checks the cancel flag as it goes.
 
 mod dispatch;
 mod meta;
