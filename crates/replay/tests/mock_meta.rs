@@ -244,3 +244,50 @@ fn metadata_paths_are_known_without_reading() {
     );
     assert_eq!(b.open_handles(), 0, "and closed again");
 }
+
+/// A cancel while the metadata is being handed out stops the replay there:
+/// the schedule is not started, and what was not read is not reached.
+#[test]
+fn cancel_during_the_metadata_sweep_stops_the_replay() {
+    use std::sync::atomic::Ordering;
+    use std::time::{Duration, Instant};
+    use warmstart_replay::Engine;
+
+    let dev = libc::makedev(8, 1);
+    let b = MockBackend::new()
+        .with_file("/a", id())
+        .with_device(dev)
+        .with_read_ahead(dev, 4 * K);
+    // Ten ranges far apart, so none merge, then a data entry.
+    let mut entries: Vec<Entry> = (0..10).map(|i| meta(dev, i * M, 4 * K)).collect();
+    entries.push(data(0, 4 * K));
+    let p = plan(entries);
+    let e = Engine::new(
+        &b,
+        Options {
+            queue_depth: 1,
+            ..in_order()
+        },
+    )
+    .unwrap();
+    b.hold();
+    let r = std::thread::scope(|s| {
+        let run = s.spawn(|| e.run(&p));
+        let t = Instant::now();
+        while b.in_flight() < 1 && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        e.cancel_flag().store(true, Ordering::Relaxed);
+        b.release();
+        run.join().unwrap()
+    })
+    .unwrap();
+    assert!(r.cancelled);
+    assert!(r.meta.entries <= 3, "{:?}", r.meta);
+    assert_eq!(r.data, Count::default());
+    assert_eq!(
+        r.entries_not_reached,
+        11 - r.meta.entries,
+        "the data entry and the metadata not handed out"
+    );
+}
