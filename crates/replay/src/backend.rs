@@ -249,6 +249,14 @@ pub trait Backend: Sync {
         None
     }
 
+    /// The type of the filesystem mounted from block device `device`, as
+    /// `/proc/self/mountinfo` names it (`ext4`, `xfs`, `btrfs`), if it is
+    /// mounted and known. It decides whether reading the device fills the
+    /// filesystem's metadata cache (see [`crate::device_reads_reach`]).
+    fn device_filesystem(&self, _device: u64) -> Option<String> {
+        None
+    }
+
     /// Asks the kernel to read `offset..offset+len` into the page cache
     /// without waiting for it. The engine never passes more than
     /// [`Backend::read_ahead`] bytes.
