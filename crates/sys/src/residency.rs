@@ -88,6 +88,42 @@ fn page_span(file: &File, offset: u64, len: u64) -> io::Result<Option<(u64, u64,
     Ok(Some((offset / page, end.div_ceil(page), page)))
 }
 
+/// mincore's vector for `n` pages from page `first`: one byte per page,
+/// bit 0 set where the page is up to date.
+fn mincore_window(file: &File, first: u64, n: u64, page: u64) -> io::Result<Vec<u8>> {
+    let len =
+        usize::try_from(n * page).map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))?;
+    let off = libc::off_t::try_from(first * page)
+        .map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))?;
+    // SAFETY: a fresh shared read-only mapping placed by the kernel; it
+    // aliases no Rust object, is never dereferenced, and is unmapped
+    // below. Mapping does not fault pages in.
+    let addr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            off,
+        )
+    };
+    if addr == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    let mut vec = vec![0u8; n as usize];
+    // SAFETY: `addr..addr+len` is the mapping made above and `vec` has one
+    // byte per page of it, as mincore requires.
+    let r = unsafe { libc::mincore(addr, len, vec.as_mut_ptr()) };
+    let err = io::Error::last_os_error();
+    // SAFETY: unmaps exactly the mapping made above; nothing refers to it.
+    unsafe { libc::munmap(addr, len) };
+    if r < 0 {
+        return Err(err);
+    }
+    Ok(vec)
+}
+
 /// Up-to-date pages of the range, by `mincore`.
 pub fn resident(file: &File, offset: u64, len: u64) -> io::Result<PageCount> {
     let Some((first, last, page)) = page_span(file, offset, len)? else {
@@ -97,43 +133,42 @@ pub fn resident(file: &File, offset: u64, len: u64) -> io::Result<PageCount> {
     let mut p = first;
     while p < last {
         let n = (last - p).min(MINCORE_WINDOW / page);
-        let len =
-            usize::try_from(n * page).map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))?;
-        let off = libc::off_t::try_from(p * page)
-            .map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))?;
-        // SAFETY: a fresh shared read-only mapping placed by the kernel; it
-        // aliases no Rust object, is never dereferenced, and is unmapped
-        // below. Mapping does not fault pages in.
-        let addr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                off,
-            )
-        };
-        if addr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let mut vec = vec![0u8; n as usize];
-        // SAFETY: `addr..addr+len` is the mapping made above and `vec` has
-        // one byte per page of it, as mincore requires.
-        let r = unsafe { libc::mincore(addr, len, vec.as_mut_ptr()) };
-        let err = io::Error::last_os_error();
-        // SAFETY: unmaps exactly the mapping made above; nothing refers to it.
-        unsafe { libc::munmap(addr, len) };
-        if r < 0 {
-            return Err(err);
-        }
-        resident += vec.iter().filter(|&&b| b & 1 != 0).count() as u64;
+        resident += mincore_window(file, p, n, page)?
+            .iter()
+            .filter(|&&b| b & 1 != 0)
+            .count() as u64;
         p += n;
     }
     Ok(PageCount {
         resident,
         pages: last - first,
     })
+}
+
+/// Runs of up-to-date pages of the whole file, as (first page, count),
+/// by `mincore` (what a recording without tracing reports as used).
+pub fn resident_runs(file: &File) -> io::Result<Vec<(u64, u64)>> {
+    let size = file.metadata()?.len();
+    let page = page_size();
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    let mut p = 0;
+    let last = size.div_ceil(page);
+    while p < last {
+        let n = (last - p).min(MINCORE_WINDOW / page);
+        let bits = mincore_window(file, p, n, page)?;
+        for (i, b) in bits.iter().enumerate() {
+            if b & 1 == 0 {
+                continue;
+            }
+            let index = p + i as u64;
+            match runs.last_mut() {
+                Some((first, count)) if *first + *count == index => *count += 1,
+                _ => runs.push((index, 1)),
+            }
+        }
+        p += n;
+    }
+    Ok(runs)
 }
 
 /// Pages of the range in the cache, reads in flight included, by
@@ -225,6 +260,17 @@ mod tests {
             assert_eq!(c, all);
             assert_eq!(has_cachestat(), Some(true));
         }
+    }
+
+    #[test]
+    fn runs_of_resident_pages() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("f");
+        let page = page_size();
+        std::fs::write(&p, vec![1u8; 8 * page as usize]).unwrap();
+        let f = crate::open(&p).unwrap().file;
+        // Just written: every page is cached, one run.
+        assert_eq!(resident_runs(&f).unwrap(), vec![(0, 8)]);
     }
 
     #[test]
