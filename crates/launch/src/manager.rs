@@ -209,7 +209,7 @@ pub fn compile_traces(
     traces: &[Trace],
     opts: &CompileOptions,
 ) -> Result<Compiled, warmstart_plan::compile::CompileError> {
-    let mapper = device::fiemap::Mapper::default();
+    let mapper = warmstart_sys::fiemap::PhysicalMap::default();
     let mut compiled = compile(traces, opts, &|f, off| mapper.physical(&f.path, off))?;
     compiled.plan.meta.created_unix_ms = store::now_ms();
     Ok(compiled)
