@@ -81,7 +81,14 @@ impl FileIdentity {
     /// identity and kind of exactly the inode held, whatever its path now
     /// names.
     pub fn of_fd(fd: impl AsFd) -> std::io::Result<(FileIdentity, FileKind, Metadata)> {
-        let f = std::fs::File::from(fd.as_fd().try_clone_to_owned()?);
+        use std::os::fd::{AsRawFd, FromRawFd};
+        // SAFETY: the descriptor is open for as long as `fd` is borrowed,
+        // which outlives this call; ManuallyDrop keeps the temporary File
+        // from closing what it does not own. No dup: this is on the
+        // replay's path to its first request.
+        let f = std::mem::ManuallyDrop::new(unsafe {
+            std::fs::File::from_raw_fd(fd.as_fd().as_raw_fd())
+        });
         let m = f.metadata()?;
         Ok((FileIdentity::from_metadata(&m), FileKind::of(&m), m))
     }
