@@ -360,8 +360,17 @@ pub fn parse_tracefs_line(line: &str) -> Option<Event> {
     }
 }
 
+/// The file tracefs says was exec'd. Its `filename=` is the path as given
+/// to execve (`/bin/sh`, often a symlink); the BPF source reports the
+/// resolved one. Resolved here too (realpath: lstat and readlink, no
+/// open), because recorded paths are later identified and opened without
+/// following a final symlink.
 fn exec_file(path: &str) -> KFile {
-    let m = fs::metadata(path).ok();
+    let resolved = fs::canonicalize(path)
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| path.to_string());
+    let path = resolved.as_str();
+    let m = fs::symlink_metadata(path).ok();
     KFile {
         dev: m
             .as_ref()
@@ -456,6 +465,20 @@ impl Source for MincoreSource {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tracefs_exec_names_the_resolved_program() {
+        let d = tempfile::tempdir().unwrap();
+        let prog = d.path().join("prog");
+        std::fs::write(&prog, b"#!/bin/sh\n").unwrap();
+        let link = d.path().join("link");
+        std::os::unix::fs::symlink(&prog, &link).unwrap();
+        let f = exec_file(link.to_str().unwrap());
+        let named: Vec<&str> = f.path.components.iter().rev().map(String::as_str).collect();
+        let want = std::fs::canonicalize(&prog).unwrap();
+        assert_eq!(format!("/{}", named.join("/")), want.display().to_string());
+        assert_eq!(f.ino, std::fs::metadata(&prog).unwrap().ino());
+    }
 
     #[test]
     fn tracefs_lines() {
