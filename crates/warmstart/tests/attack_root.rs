@@ -278,3 +278,48 @@ fn warmstart_evict(p: &Path) {
     // SAFETY: fadvise on a descriptor we own; no memory is passed.
     unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
 }
+
+/// `run` measures the device under a plan's largest file the first time
+/// it prefetches (the strategy probe), and checks whether the plan's
+/// windows are cached: with that file swapped for a FIFO, neither may
+/// hang the launch.
+#[test]
+fn root_run_with_a_plan_file_swapped_for_a_fifo() {
+    let test = "root_run_with_a_plan_file_swapped_for_a_fifo";
+    if !require_root(test) {
+        return;
+    }
+    let dir = tempdir();
+    let state = tempfile::tempdir().unwrap();
+    let big = dir.path().join("big");
+    // Larger than any library `cat` maps: the file the probe picks.
+    std::fs::write(&big, vec![3u8; 16 << 20]).unwrap();
+    let run = |cmd: &[&std::ffi::OsStr]| {
+        bounded(
+            Command::new(warmstart())
+                .args(["run", "--nrawseq", "1", "--strategy", "auto", "--state-dir"])
+                .arg(state.path())
+                .args(["--profile", "attack", "--"])
+                .args(cmd),
+            test,
+        )
+    };
+    // Learns and compiles a plan naming `big`.
+    let out = run(&["cat".as_ref(), big.as_os_str()]);
+    assert_success(&out, test);
+    let plan = state.path().join("profiles/attack/plan");
+    let b = big.display().to_string();
+    assert!(named(&plan).contains(&b), "the plan names {b}");
+    std::fs::remove_file(&big).unwrap();
+    let c = std::ffi::CString::new(b.as_str()).unwrap();
+    // SAFETY: a NUL-terminated path that outlives the call.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    // Prefetches with that plan (the command itself leaves the FIFO be).
+    let out = run(&["true".as_ref()]);
+    assert_success(&out, test);
+    use std::os::unix::fs::FileTypeExt;
+    assert!(std::fs::symlink_metadata(&big)
+        .unwrap()
+        .file_type()
+        .is_fifo());
+}
