@@ -126,6 +126,24 @@ mod tests {
     }
 
     #[test]
+    fn a_probe_reads_a_regular_file() {
+        // O_DIRECT needs a real filesystem; /var/tmp is usually on a disk.
+        let d = tempfile::Builder::new().tempdir_in("/var/tmp").unwrap();
+        let p = d.path().join("sample");
+        std::fs::write(&p, vec![5u8; 1 << 20]).unwrap();
+        File::open(&p).unwrap().sync_all().unwrap();
+        let Some((dev, v)) = probe(&p) else {
+            eprintln!("SKIPPED: /var/tmp refuses O_DIRECT");
+            return;
+        };
+        assert_eq!(dev, std::fs::metadata(&p).unwrap().dev());
+        assert!(v.median_read_us > 0.0);
+        // Too small to measure: no verdict.
+        std::fs::write(&p, vec![5u8; 4096]).unwrap();
+        assert!(probe(&p).is_none());
+    }
+
+    #[test]
     fn a_probe_never_opens_a_fifo_or_device() {
         let d = tempfile::tempdir().unwrap();
         let fifo = d.path().join("big");
