@@ -38,11 +38,13 @@ impl Advice {
 }
 
 /// Advises on `len` bytes at `offset` (`len` 0: to the end of the file).
+/// An offset or length beyond `off_t` is refused (`EOVERFLOW`) rather than
+/// read as "to the end": a hostile plan must not turn into a whole-file
+/// read.
 pub fn advise(fd: impl AsFd, offset: u64, len: u64, advice: Advice) -> io::Result<()> {
-    let off =
-        libc::off_t::try_from(offset).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-    // A length past off_t means "to the end", which 0 says.
-    let len = libc::off_t::try_from(len).unwrap_or(0);
+    let overflow = || io::Error::from_raw_os_error(libc::EOVERFLOW);
+    let off = libc::off_t::try_from(offset).map_err(|_| overflow())?;
+    let len = libc::off_t::try_from(len).map_err(|_| overflow())?;
     // SAFETY: a plain syscall on a descriptor borrowed for the call; no
     // memory is passed.
     let rc = unsafe { libc::posix_fadvise(fd.as_fd().as_raw_fd(), off, len, advice.raw()) };
@@ -122,6 +124,19 @@ mod tests {
             );
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
+    }
+
+    #[test]
+    fn ranges_beyond_off_t_are_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("f");
+        std::fs::write(&p, b"x").unwrap();
+        let f = crate::open(&p).unwrap().file;
+        for (off, len) in [(u64::MAX, 1), (0, u64::MAX), (1 << 63, 0)] {
+            let e = willneed(&f, off, len).unwrap_err();
+            assert_eq!(e.raw_os_error(), Some(libc::EOVERFLOW), "{off} {len}");
+        }
+        willneed(&f, 0, i64::MAX as u64).unwrap();
     }
 
     #[test]
