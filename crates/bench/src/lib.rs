@@ -12,7 +12,7 @@
 //! an [`runner::Executor`] so statistics are tested with a mock),
 //! [`real`] (launching for real), [`launch`] (readiness), [`stats`],
 //! [`export`], [`markdown`], [`report`], [`plot`], [`suite`], [`timeline`], [`machine`],
-//! [`os`] (FIEMAP, mincore, process trees).
+//! [`os`] (residency, process trees).
 
 pub mod demand;
 pub mod export;

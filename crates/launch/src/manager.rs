@@ -232,7 +232,7 @@ pub fn compile_traces(
     traces: &[Trace],
     opts: &CompileOptions,
 ) -> Result<Compiled, warmstart_plan::compile::CompileError> {
-    let mapper = device::fiemap::Mapper::default();
+    let mapper = warmstart_sys::fiemap::PhysicalMap::default();
     let mut compiled = compile(traces, opts, &|f, off| mapper.physical(&f.path, off))?;
     compiled.plan.meta.created_unix_ms = store::now_ms();
     Ok(compiled)
@@ -906,10 +906,8 @@ fn warm_windows(plan: &Plan) -> Vec<(String, u64, u64)> {
 /// cold cache each open walks directories read from disk, and the cold
 /// launch's replay waits for this check.
 fn windows_cached(windows: &[(String, u64, u64)]) -> bool {
-    use warmstart_replay::Backend;
-    let backend = RealBackend::new();
     // Samples often land in the same large file: open each file once.
-    let mut open: HashMap<&str, _> = HashMap::new();
+    let mut open: HashMap<&str, std::fs::File> = HashMap::new();
     let (mut resident, mut pages) = (0u64, 0u64);
     // At least as many pages as the check will count (a window's pages,
     // cut at the end of its file), so stopping early never changes the answer.
@@ -921,16 +919,19 @@ fn windows_cached(windows: &[(String, u64, u64)]) -> bool {
         if (pages - resident) * 10 > all {
             return false;
         }
-        let h = match open.entry(path.as_str()) {
+        let f = match open.entry(path.as_str()) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(e) => {
-                let Ok((h, _)) = backend.open_file(Path::new(path)) else {
+                // A plan's path: a regular file only, never a FIFO or device.
+                let Ok(o) = warmstart_sys::open(path) else {
                     return false;
                 };
-                e.insert(h)
+                e.insert(o.file)
             }
         };
-        let Ok(r) = backend.cached_pages(h, *start, *len) else {
+        // cachestat counts pages still being read too: enough to tell a
+        // warm cache from a cold one, and no mapping per window.
+        let Ok(r) = warmstart_sys::residency::cached_or_resident(f, *start, *len) else {
             return false;
         };
         resident += r.resident;
@@ -1019,6 +1020,24 @@ fn uncovered_bytes(plan: &Plan, audit: &Trace) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_warm_check_counts_cached_regular_files_only() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("f");
+        std::fs::write(&f, vec![1u8; 64 * 1024]).unwrap();
+        let path = f.display().to_string();
+        // Just written: cached.
+        assert!(windows_cached(&[(path.clone(), 0, 64 * 1024)]));
+        // A plan path swapped for a FIFO: not warm, and not opened.
+        let fifo = d.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a NUL-terminated path that outlives the call.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        let fifo = fifo.display().to_string();
+        assert!(!windows_cached(&[(path, 0, 4096), (fifo, 0, 4096)]));
+        assert!(!windows_cached(&[]));
+    }
 
     /// A plan reading `(offset, len)` ranges of one file, `/a`.
     fn plan_of_a(ranges: Vec<(u64, u64)>) -> Plan {

@@ -360,8 +360,17 @@ pub fn parse_tracefs_line(line: &str) -> Option<Event> {
     }
 }
 
+/// The file tracefs says was exec'd. Its `filename=` is the path as given
+/// to execve (`/bin/sh`, often a symlink); the BPF source reports the
+/// resolved one. Resolved here too (realpath: lstat and readlink, no
+/// open), because recorded paths are later identified and opened without
+/// following a final symlink.
 fn exec_file(path: &str) -> KFile {
-    let m = fs::metadata(path).ok();
+    let resolved = fs::canonicalize(path)
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| path.to_string());
+    let path = resolved.as_str();
+    let m = fs::symlink_metadata(path).ok();
     KFile {
         dev: m
             .as_ref()
@@ -418,9 +427,22 @@ impl Source for MincoreSource {
     fn finish(&mut self, out: &mut Vec<Event>) -> Result<(), Error> {
         let ts = monotonic_ns();
         for s in &self.known {
-            let Ok(f) = File::open(&s.path) else { continue };
+            // A path from /proc that may since name something else: only
+            // the inode seen, and never a FIFO or a device.
+            let seen = warmstart_sys::FileIdentity {
+                dev: s.dev,
+                ino: s.ino,
+                ..Default::default()
+            };
+            let Ok(o) = warmstart_sys::OpenOptions::file()
+                .expect(seen, warmstart_sys::identity::Match::Inode)
+                .open(&s.path)
+            else {
+                continue;
+            };
+            let f = o.file;
             let kdev = ((libc::major(s.dev) as u32) << 20) | libc::minor(s.dev);
-            for (index, count) in resident_runs(&f).unwrap_or_default() {
+            for (index, count) in warmstart_sys::residency::resident_runs(&f).unwrap_or_default() {
                 out.push(Event::Page {
                     kind: PageKind::Read,
                     pid: 0,
@@ -440,50 +462,23 @@ impl Source for MincoreSource {
     }
 }
 
-/// Runs of resident pages of a file, as (first page, count), via mincore.
-pub fn resident_runs(f: &File) -> std::io::Result<Vec<(u64, u64)>> {
-    use std::os::fd::AsFd;
-    let len = f.metadata()?.len() as usize;
-    if len == 0 {
-        return Ok(Vec::new());
-    }
-    // SAFETY: a private read-only mapping of a file we opened; it is only
-    // passed to mincore, never dereferenced, and unmapped before returning.
-    let addr = unsafe {
-        nix::sys::mman::mmap(
-            None,
-            std::num::NonZeroUsize::new(len).expect("len > 0"),
-            nix::sys::mman::ProtFlags::PROT_READ,
-            nix::sys::mman::MapFlags::MAP_SHARED,
-            f.as_fd(),
-            0,
-        )
-    }?;
-    let pages = len.div_ceil(4096);
-    let mut vec = vec![0u8; pages];
-    // SAFETY: addr/len describe the mapping created above; vec has one
-    // byte per page as mincore requires.
-    let rc = unsafe { libc::mincore(addr.as_ptr(), len, vec.as_mut_ptr()) };
-    // SAFETY: unmapping exactly what mmap returned.
-    let _ = unsafe { nix::sys::mman::munmap(addr, len) };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let mut runs: Vec<(u64, u64)> = Vec::new();
-    for (i, b) in vec.iter().enumerate() {
-        if b & 1 == 1 {
-            match runs.last_mut() {
-                Some((s, c)) if *s + *c == i as u64 => *c += 1,
-                _ => runs.push((i as u64, 1)),
-            }
-        }
-    }
-    Ok(runs)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tracefs_exec_names_the_resolved_program() {
+        let d = tempfile::tempdir().unwrap();
+        let prog = d.path().join("prog");
+        std::fs::write(&prog, b"#!/bin/sh\n").unwrap();
+        let link = d.path().join("link");
+        std::os::unix::fs::symlink(&prog, &link).unwrap();
+        let f = exec_file(link.to_str().unwrap());
+        let named: Vec<&str> = f.path.components.iter().rev().map(String::as_str).collect();
+        let want = std::fs::canonicalize(&prog).unwrap();
+        assert_eq!(format!("/{}", named.join("/")), want.display().to_string());
+        assert_eq!(f.ino, std::fs::metadata(&prog).unwrap().ino());
+    }
 
     #[test]
     fn tracefs_lines() {
@@ -510,15 +505,5 @@ mod tests {
         for (line, want) in cases {
             assert_eq!(parse_tracefs_line(line), want, "{line}");
         }
-    }
-
-    #[test]
-    fn resident_runs_of_a_cached_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("f");
-        std::fs::write(&p, vec![1u8; 3 * 4096]).unwrap();
-        let f = File::open(&p).unwrap();
-        let runs = resident_runs(&f).unwrap();
-        assert_eq!(runs, vec![(0, 3)], "a file just written is cached");
     }
 }
