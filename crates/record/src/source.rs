@@ -143,6 +143,25 @@ struct TracefsSource {
     reader: Option<std::thread::JoinHandle<()>>,
 }
 
+/// Removes the tracefs instances (`warmstart-PID`) of recorders whose
+/// process is gone. Returns how many were removed.
+fn sweep_stale_instances(instances: &Path, proc: &Path) -> usize {
+    let Ok(rd) = fs::read_dir(instances) else {
+        return 0;
+    };
+    rd.flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(|n| n.strip_prefix("warmstart-"))
+                .and_then(|pid| pid.parse::<u32>().ok())
+                .is_some_and(|pid| !proc.join(pid.to_string()).exists())
+        })
+        // rmdir is how tracefs removes an instance.
+        .filter(|e| fs::remove_dir(e.path()).is_ok())
+        .count()
+}
+
 const TRACEFS_EVENTS: &[&str] = &[
     "filemap/mm_filemap_add_to_page_cache",
     "filemap/mm_filemap_get_pages",
@@ -158,6 +177,9 @@ impl TracefsSource {
         warmstart_bpf::ensure_tracefs()
             .map_err(|e| Error::Tracefs(format!("cannot mount tracefs: {e}")))?;
         let root = warmstart_bpf::tracefs_root();
+        // Instances of recorders that were killed stay, each with its
+        // 16 MiB of buffers per CPU, until someone removes them.
+        sweep_stale_instances(&root.join("instances"), Path::new("/proc"));
         let dir = root
             .join("instances")
             .join(format!("warmstart-{}", std::process::id()));
@@ -465,6 +487,23 @@ impl Source for MincoreSource {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stale_tracefs_instances_are_swept() {
+        let d = tempfile::tempdir().unwrap();
+        let (inst, proc) = (d.path().join("instances"), d.path().join("proc"));
+        for n in ["warmstart-10", "warmstart-11", "warmstart-x", "other-12"] {
+            std::fs::create_dir_all(inst.join(n)).unwrap();
+        }
+        std::fs::create_dir_all(proc.join("11")).unwrap(); // still running
+        assert_eq!(sweep_stale_instances(&inst, &proc), 1);
+        let mut left: Vec<_> = std::fs::read_dir(&inst)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["other-12", "warmstart-11", "warmstart-x"]);
+    }
 
     #[test]
     fn a_tracefs_exec_names_the_resolved_program() {
