@@ -183,6 +183,11 @@ pub struct TestbedSpec {
     pub size: Option<u64>,
     /// Where the image and its manifest are kept.
     pub cache_dir: PathBuf,
+    /// Host paths (files or directories) bind-mounted at the same path in
+    /// every [`Testbed::command`], e.g. the warmstart binary and the
+    /// bench's plan directory; not under `/tmp` or `/run`, which get a
+    /// fresh tmpfs. Not part of the image.
+    pub binds: Vec<PathBuf>,
 }
 
 impl TestbedSpec {
@@ -194,6 +199,7 @@ impl TestbedSpec {
             contents: default_contents(),
             size: None,
             cache_dir: PathBuf::from(DEFAULT_CACHE_DIR),
+            binds: Vec::new(),
         }
     }
 }
@@ -422,10 +428,11 @@ impl Testbed {
     }
 
     /// A command that runs `argv` chrooted into the testbed, in a private
-    /// mount namespace with the host's `/proc`, `/sys` and `/dev` and a
-    /// fresh tmpfs on `/tmp` and `/run`; its working directory is `/`.
-    /// The program is looked up in `PATH` inside the chroot. Its mounts
-    /// vanish with its namespace when it and its children exit.
+    /// mount namespace with the host's `/proc`, `/sys` and `/dev`, a fresh
+    /// tmpfs on `/tmp` and `/run`, and the spec's `binds`; its working
+    /// directory is `/`. The program is looked up in `PATH` inside the
+    /// chroot. Its mounts vanish with its namespace when it and its
+    /// children exit.
     pub fn command<I, S>(&self, argv: I) -> Command
     where
         I: IntoIterator<Item = S>,
@@ -440,7 +447,13 @@ impl Testbed {
         );
         cmd.args(argv);
         let root = CString::new(self.root.as_os_str().as_bytes()).expect("no NUL in a path");
-        let setup = chroot::Setup::new(root);
+        let mut setup = chroot::Setup::new(root);
+        for host in &self.spec.binds {
+            // The mountpoint must exist in the image; a failure here shows
+            // up as the child's mount error.
+            let _ = chroot::make_mountpoint(host, &self.root);
+            setup.bind(host);
+        }
         // SAFETY: the closure runs in the forked child before exec; it only
         // makes raw syscalls on buffers prepared before the fork (no
         // allocation, no locks), which is async-signal-safe.

@@ -197,6 +197,26 @@ fn changed_source_tree_rebuilds_root() {
     assert_eq!(run_in(&tb, &format!("cat {}", inside.display())), "two!");
 }
 
+#[test]
+fn binds_show_host_paths_inside_root() {
+    if !is_root() {
+        return;
+    }
+    let cache = tempfile::tempdir().unwrap();
+    let host = tempfile::tempdir_in("/var/tmp").unwrap();
+    fs::write(host.path().join("plan"), "from the host").unwrap();
+    let mut s = spec(Fs::Ext4, cache.path());
+    s.binds.push(host.path().to_path_buf());
+    let tb = Testbed::prepare(s).unwrap();
+    let inside = host.path().join("plan");
+    assert_eq!(
+        run_in(&tb, &format!("cat {}", inside.display())),
+        "from the host"
+    );
+    // The bind lives in the command's namespace only.
+    assert!(!tb.root().join(inside.strip_prefix("/").unwrap()).exists());
+}
+
 fn runs_on(fs_type: Fs) {
     let cache = tempfile::tempdir().unwrap();
     let tb = Testbed::prepare(spec(fs_type, cache.path())).unwrap();
