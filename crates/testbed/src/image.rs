@@ -134,21 +134,36 @@ pub(crate) fn paths(cache_dir: &Path, fs: Fs) -> (PathBuf, PathBuf) {
 }
 
 /// The manifest if the image it describes is still valid for `spec` and
-/// `sources`, else `None`.
+/// `sources`, else why it is not.
 pub(crate) fn valid_manifest(
     image: &Path,
     manifest: &Path,
     spec: &ImageSpec,
     sources: &[Fingerprint],
-) -> Option<Manifest> {
-    let text = fs::read_to_string(manifest).ok()?;
-    let m: Manifest = serde_json::from_str(&text).ok()?;
-    let size = fs::metadata(image).ok()?.len();
-    (m.version == MANIFEST_VERSION
-        && m.spec == *spec
-        && m.sources == sources
-        && m.image_size == size)
-        .then_some(m)
+) -> Result<Manifest, String> {
+    let text = fs::read_to_string(manifest).map_err(|_| "no manifest".to_string())?;
+    let m: Manifest = serde_json::from_str(&text).map_err(|e| format!("bad manifest: {e}"))?;
+    let size = fs::metadata(image)
+        .map_err(|_| "no image".to_string())?
+        .len();
+    if m.version != MANIFEST_VERSION {
+        return Err(format!("manifest version {}", m.version));
+    }
+    if m.spec != *spec {
+        return Err("the spec changed".to_string());
+    }
+    if m.image_size != size {
+        return Err(format!("image size {size}, manifest says {}", m.image_size));
+    }
+    if m.sources.len() != sources.len() {
+        return Err("the sources changed".to_string());
+    }
+    for (old, new) in m.sources.iter().zip(sources) {
+        if old != new {
+            return Err(format!("{} changed", new.path.display()));
+        }
+    }
+    Ok(m)
 }
 
 /// Builds the image: mkfs, mount (in `work_dir`), copy, unmount; then the
@@ -327,18 +342,18 @@ mod tests {
             image_size: 4096,
         };
         fs::write(&man, serde_json::to_string(&m).unwrap()).unwrap();
-        assert!(valid_manifest(&img, &man, &spec, &sources).is_some());
+        assert!(valid_manifest(&img, &man, &spec, &sources).is_ok());
         let other = ImageSpec {
             size: 8192,
             ..spec.clone()
         };
-        assert!(valid_manifest(&img, &man, &other, &sources).is_none());
+        assert!(valid_manifest(&img, &man, &other, &sources).is_err());
         let changed = vec![Fingerprint {
             entries: 1,
             ..Fingerprint::default()
         }];
-        assert!(valid_manifest(&img, &man, &spec, &changed).is_none());
+        assert!(valid_manifest(&img, &man, &spec, &changed).is_err());
         fs::write(&img, vec![0u8; 100]).unwrap();
-        assert!(valid_manifest(&img, &man, &spec, &sources).is_none());
+        assert!(valid_manifest(&img, &man, &spec, &sources).is_err());
     }
 }

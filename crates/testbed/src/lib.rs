@@ -233,7 +233,7 @@ pub struct Testbed {
     spec: TestbedSpec,
     image: PathBuf,
     manifest: Manifest,
-    built: bool,
+    built: Option<String>,
     root: PathBuf,
     loop_dev: PathBuf,
     direct_io: bool,
@@ -315,12 +315,12 @@ impl Testbed {
         // the interrupt handler remove.
         let mut guard = Registered(Some(active.clone()));
 
-        let mut built = false;
+        let mut built = None;
         let manifest =
             match image::valid_manifest(&image_path, &manifest_path, &image_spec, &sources) {
-                Some(m) => m,
-                None => {
-                    built = true;
+                Ok(m) => m,
+                Err(why) => {
+                    built = Some(why);
                     image::build(&image_path, &manifest_path, &image_spec, sources, &run_dir)?
                 }
             };
@@ -392,7 +392,13 @@ impl Testbed {
 
     /// Whether `prepare` built the image (false: a valid cached one was used).
     pub fn built(&self) -> bool {
-        self.built
+        self.built.is_some()
+    }
+
+    /// Why `prepare` built the image ("no image", "the spec changed",
+    /// "/usr changed", ...), or `None` if it reused a valid one.
+    pub fn build_reason(&self) -> Option<&str> {
+        self.built.as_deref()
     }
 
     /// Whether the loop device does direct I/O to its backing file, so the

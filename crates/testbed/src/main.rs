@@ -117,7 +117,8 @@ fn run() -> Result<ExitCode> {
                 "{} on {} ({}; direct I/O {}) at {}",
                 tb.image().display(),
                 tb.loop_device().display(),
-                if tb.built() { "built" } else { "reused" },
+                tb.build_reason()
+                    .map_or("reused".to_string(), |why| format!("built: {why}")),
                 if tb.direct_io() { "on" } else { "off" },
                 tb.root().display()
             );
