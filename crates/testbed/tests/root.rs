@@ -374,3 +374,75 @@ fn cleanup_removes_leftovers_of_a_killed_run_root() {
         "{again:?}"
     );
 }
+
+/// Ctrl-C during a bench: the program inside is still running when the
+/// testbed goes down, so the mounts are detached lazily and the loop and
+/// device model go when the program exits.
+#[test]
+fn sigint_with_a_program_inside_leaves_nothing_once_it_exits_root() {
+    if !is_root() {
+        return;
+    }
+    let cache = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_warmstart-testbed"));
+    cmd.args([
+        "run",
+        "--warm",
+        "--storage",
+        "sd",
+        "--fs",
+        "ext4",
+        "--cache-dir",
+    ])
+    .arg(cache.path());
+    for c in small_contents() {
+        cmd.arg("--content").arg(c);
+    }
+    // `cat` inside reads the pipe until the test closes it.
+    let mut child = cmd
+        .arg("--")
+        .arg("/usr/bin/cat")
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let prefix = format!("{}-", child.id());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let run_dir = loop {
+        let found = fs::read_dir(warmstart_testbed::RUN_DIR).ok().and_then(|d| {
+            d.flatten().map(|e| e.path()).find(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with(&prefix)
+            })
+        });
+        if let Some(dir) = found {
+            let mounted = fs::read_to_string("/proc/mounts").unwrap();
+            if mounted.contains(&*dir.join("root").to_string_lossy()) {
+                break dir;
+            }
+        }
+        assert!(Instant::now() < deadline, "the testbed never came up");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // Let `cat` start inside the testbed.
+    std::thread::sleep(Duration::from_millis(300));
+    signal(&child, nix::sys::signal::Signal::SIGINT);
+    let stdin = child.stdin.take();
+    let status = child.wait().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(libc::SIGINT), "{status:?}");
+    // The host sees no mount of the testbed even while `cat` runs.
+    let mounted = fs::read_to_string("/proc/mounts").unwrap();
+    assert!(!mounted.contains(&*run_dir.to_string_lossy()), "{mounted}");
+    drop(stdin);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = remains(&run_dir, cache.path());
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "left behind: {left:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
