@@ -121,9 +121,6 @@ pub enum Error {
     /// A storage profile name that does not exist.
     #[error("unknown storage profile {0:?} (sd, cloud or sata-ssd)")]
     UnknownProfile(String),
-    /// The testbed was already torn down.
-    #[error("the testbed was torn down")]
-    TornDown,
 }
 
 /// Filesystem of a testbed image.
@@ -205,10 +202,11 @@ impl TestbedSpec {
 }
 
 /// What a chroot needs to run the system's programs: `/usr` and `/etc`,
-/// and the top-level `/bin`, `/sbin`, `/lib*` (symlinks into `/usr` on a
-/// merged-/usr system, copied as symlinks), those that exist.
+/// the top-level `/bin`, `/sbin`, `/lib*` (symlinks into `/usr` on a
+/// merged-/usr system, copied as symlinks), and the system's font cache
+/// (without it every GUI launch would rebuild it); those that exist.
 pub fn default_contents() -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = ["/usr", "/etc", "/bin", "/sbin"]
+    let mut out: Vec<PathBuf> = ["/usr", "/etc", "/bin", "/sbin", "/var/cache/fontconfig"]
         .iter()
         .map(PathBuf::from)
         .collect();
@@ -484,6 +482,13 @@ impl Testbed {
         r
     }
 }
+
+// The bench keeps testbeds in its scenario state and may tear them down
+// from another thread.
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<Testbed>();
+};
 
 impl Drop for Testbed {
     fn drop(&mut self) {

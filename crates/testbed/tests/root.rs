@@ -298,6 +298,33 @@ fn sd_profile_throttles_reads_root() {
     assert_eq!(remains(&run_dir, cache.path()), Vec::<String>::new());
 }
 
+#[test]
+fn validate_measures_within_the_cloud_model_root() {
+    if !is_root() {
+        return;
+    }
+    let cache = tempfile::tempdir().unwrap();
+    let mut s = spec(Fs::Ext4, cache.path());
+    s.storage = Some(Profile::Cloud);
+    let tb = Testbed::prepare(s).unwrap();
+    let f = tb
+        .validate(&warmstart_testbed::FioOptions {
+            runtime: Duration::from_millis(700),
+        })
+        .unwrap();
+    let m = Profile::Cloud.model();
+    // The throttle only ever slows requests down: no figure may beat the
+    // model (10% margin for fio's own rounding of short runs).
+    let lat_floor = (m.latency + m.transfer_time(4096)).as_secs_f64() * 1e6;
+    assert!(f.rand4k_qd1_p50_us >= lat_floor * 0.9, "{f}");
+    assert!(
+        f.rand4k_qd32_iops <= f64::from(m.iops.unwrap()) * 1.1,
+        "{f}"
+    );
+    assert!(f.seq1m_mb_s <= m.bandwidth as f64 / 1e6 * 1.1, "{f}");
+    assert!(f.seq1m_mb_s > 0.0 && f.rand4k_qd1_iops > 0.0, "{f}");
+}
+
 /// Starts the binary holding a testbed and waits until it is mounted.
 fn hold(cache: &Path, storage: Option<&str>) -> (Child, PathBuf) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_warmstart-testbed"));
