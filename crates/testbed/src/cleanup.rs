@@ -157,7 +157,17 @@ pub fn cleanup(cache_dir: &Path) -> Result<CleanupReport, Error> {
         if in_use.contains(&img) || still_attached.contains(&img) {
             continue;
         }
-        for p in [img, manifest] {
+        // Not while another process holds the image (it may be between
+        // taking the lock and attaching).
+        let lock_file = cache_dir.join(format!("testbed-{}.lock", fs_type.name()));
+        let _lock = match lock_file.exists() {
+            true => match image::lock(cache_dir, fs_type) {
+                Ok(l) => Some(l),
+                Err(_) => continue,
+            },
+            false => None,
+        };
+        for p in [img, manifest, lock_file] {
             if fs::remove_file(&p).is_ok() {
                 report.removed.push(p);
             }

@@ -133,6 +133,23 @@ pub(crate) fn paths(cache_dir: &Path, fs: Fs) -> (PathBuf, PathBuf) {
     )
 }
 
+/// Takes the image's lock (`testbed-<fs>.lock` in the cache directory),
+/// without waiting.
+pub(crate) fn lock(cache_dir: &Path, fs_type: Fs) -> Result<nix::fcntl::Flock<fs::File>, Error> {
+    fs::create_dir_all(cache_dir).map_err(io_err(cache_dir))?;
+    let path = cache_dir.join(format!("testbed-{}.lock", fs_type.name()));
+    let file = fs::File::create(&path).map_err(io_err(&path))?;
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(
+        |(_, errno)| match errno {
+            nix::errno::Errno::EWOULDBLOCK => Error::InUse(paths(cache_dir, fs_type).0),
+            e => Error::Io {
+                path,
+                source: e.into(),
+            },
+        },
+    )
+}
+
 /// The manifest if the image it describes is still valid for `spec` and
 /// `sources`, else why it is not.
 pub(crate) fn valid_manifest(

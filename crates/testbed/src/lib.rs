@@ -112,6 +112,10 @@ pub enum Error {
         /// What was expected.
         what: &'static str,
     },
+    /// Another testbed (in this or another process) has the image attached;
+    /// attaching it twice would mount one filesystem on two devices.
+    #[error("{0} is in use by another testbed")]
+    InUse(PathBuf),
     /// A content path is not absolute or does not exist.
     #[error("testbed content {0} must be an existing absolute path")]
     BadContent(PathBuf),
@@ -235,6 +239,9 @@ pub struct Testbed {
     root: PathBuf,
     loop_dev: PathBuf,
     direct_io: bool,
+    // Held while the image is attached; released after teardown (fields
+    // drop after `Drop::drop`).
+    _lock: nix::fcntl::Flock<fs::File>,
 }
 
 /// The parts of a testbed that must be undone, shared with the interrupt
@@ -296,6 +303,7 @@ impl Testbed {
                 .unwrap_or_else(|| image::default_size(spec.fs, &sources)),
         };
         let (image_path, manifest_path) = image::paths(&spec.cache_dir, spec.fs);
+        let lock = image::lock(&spec.cache_dir, spec.fs)?;
 
         let run_dir = Path::new(RUN_DIR).join(format!(
             "{}-{}",
@@ -360,6 +368,7 @@ impl Testbed {
             root,
             loop_dev,
             direct_io,
+            _lock: lock,
         })
     }
 

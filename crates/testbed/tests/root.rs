@@ -161,6 +161,11 @@ fn ext4_runs_commands_cold_reuses_and_rebuilds_root() {
     assert!(!tb.built(), "a valid image was rebuilt");
     assert_eq!(run_in(&tb, "cat /etc/hostname"), hostname);
     let size = tb.manifest().spec.size;
+    // One image, one testbed at a time.
+    assert!(matches!(
+        Testbed::prepare(spec(Fs::Ext4, cache.path())),
+        Err(warmstart_testbed::Error::InUse(_))
+    ));
     drop(tb);
 
     // A different size is a different spec: rebuilt.
