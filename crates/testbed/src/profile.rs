@@ -148,6 +148,22 @@ impl DeviceModel {
     }
 }
 
+impl fmt::Display for DeviceModel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} us latency, {:.1} MB/s, queue depth {}",
+            self.latency.as_micros(),
+            self.bandwidth as f64 / 1e6,
+            self.queue_depth
+        )?;
+        if let Some(iops) = self.iops {
+            write!(f, ", {iops} IOPS")?;
+        }
+        Ok(())
+    }
+}
+
 /// The shared clocks of one simulated device.
 #[derive(Debug)]
 pub struct DeviceClock {
@@ -211,6 +227,14 @@ mod tests {
             iops,
             io_unit: 0,
         }
+    }
+
+    #[test]
+    fn model_prints_its_figures() {
+        assert_eq!(
+            Profile::Cloud.model().to_string(),
+            "1000 us latency, 131.1 MB/s, queue depth 32, 3000 IOPS"
+        );
     }
 
     #[test]

@@ -50,8 +50,20 @@ pub(crate) fn loop_attach(file: &Path, direct_io: bool) -> Result<PathBuf, Error
 /// Detaches a loop device. If it is still open (a lazily unmounted
 /// filesystem, a process inside the chroot) the kernel detaches it when the
 /// last user closes it.
+///
+/// Someone else may hold it open for a moment (udev probing a device that
+/// just changed), so this waits up to two seconds for the detach to
+/// finish; a device still busy after that goes when it is closed.
 pub(crate) fn loop_detach(dev: &Path) -> Result<(), Error> {
-    run(Command::new("losetup").arg("-d").arg(dev)).map(drop)
+    run(Command::new("losetup").arg("-d").arg(dev))?;
+    let backing = sys_block(dev).join("loop/backing_file");
+    for _ in 0..200 {
+        if !backing.exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    Ok(())
 }
 
 /// `/sys/block/loopN` of a loop device path.

@@ -112,6 +112,20 @@ fn warmstart_loops() -> Vec<(PathBuf, PathBuf)> {
     out
 }
 
+/// [`remains`] once the kernel has finished what was asked of it: a loop
+/// device someone else still held open (udev probing it) is detached when
+/// they close it. Waits up to five seconds.
+fn remains_settled(run_dir: &Path, cache: &Path) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left = remains(run_dir, cache);
+        if left.is_empty() || Instant::now() > deadline {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn run_dir_of(tb: &Testbed) -> PathBuf {
     tb.root().parent().unwrap().to_path_buf()
 }
@@ -152,7 +166,10 @@ fn ext4_runs_commands_cold_reuses_and_rebuilds_root() {
 
     let run_dir = run_dir_of(&tb);
     tb.teardown().unwrap();
-    assert_eq!(remains(&run_dir, cache.path()), Vec::<String>::new());
+    assert_eq!(
+        remains_settled(&run_dir, cache.path()),
+        Vec::<String>::new()
+    );
 
     // Same spec, same sources: the image is reused.
     let image = cache.path().join("testbed-ext4.img");
@@ -177,7 +194,10 @@ fn ext4_runs_commands_cold_reuses_and_rebuilds_root() {
     assert_ne!(fs::metadata(&image).unwrap().modified().unwrap(), mtime);
     let run_dir = run_dir_of(&tb);
     drop(tb);
-    assert_eq!(remains(&run_dir, cache.path()), Vec::<String>::new());
+    assert_eq!(
+        remains_settled(&run_dir, cache.path()),
+        Vec::<String>::new()
+    );
 }
 
 #[test]
@@ -240,7 +260,10 @@ fn runs_on(fs_type: Fs) {
     assert!(tb.loop_stat().unwrap().read_ios > before.read_ios);
     let run_dir = run_dir_of(&tb);
     drop(tb);
-    assert_eq!(remains(&run_dir, cache.path()), Vec::<String>::new());
+    assert_eq!(
+        remains_settled(&run_dir, cache.path()),
+        Vec::<String>::new()
+    );
 }
 
 #[test]
@@ -300,7 +323,10 @@ fn sd_profile_throttles_reads_root() {
     );
     let run_dir = run_dir_of(&tb);
     drop(tb);
-    assert_eq!(remains(&run_dir, cache.path()), Vec::<String>::new());
+    assert_eq!(
+        remains_settled(&run_dir, cache.path()),
+        Vec::<String>::new()
+    );
 }
 
 #[test]
@@ -369,7 +395,7 @@ fn sigint_leaves_nothing_behind_root() {
         use std::os::unix::process::ExitStatusExt;
         assert_eq!(status.signal(), Some(libc::SIGINT), "{status:?}");
         assert_eq!(
-            remains(&run_dir, cache.path()),
+            remains_settled(&run_dir, cache.path()),
             Vec::<String>::new(),
             "left behind after SIGINT (storage {storage:?})"
         );
@@ -394,7 +420,10 @@ fn cleanup_removes_leftovers_of_a_killed_run_root() {
     let report = cleanup(cache.path()).unwrap();
     assert!(Instant::now() < deadline);
     assert!(!report.is_empty());
-    assert_eq!(remains(&run_dir, cache.path()), Vec::<String>::new());
+    assert_eq!(
+        remains_settled(&run_dir, cache.path()),
+        Vec::<String>::new()
+    );
     assert!(
         !cache.path().join("testbed-ext4.img").exists(),
         "cached image not removed: {report:?}"
