@@ -114,30 +114,26 @@ fn detach_recorded(recorded: &str, attached: &[(PathBuf, PathBuf)], report: &mut
     }
 }
 
-/// Removes the leftovers of testbeds whose process is gone (mounts, loop
-/// devices, run directories), loop devices on images in `cache_dir` that
-/// nothing mounts, and the cached images and manifests that no running
-/// testbed uses. Testbeds of running processes are left alone.
-pub fn cleanup(cache_dir: &Path) -> Result<CleanupReport, Error> {
+/// Removes the leftovers of testbeds whose process is gone: their mounts,
+/// loop devices and run directories, and loop devices on images in
+/// `cache_dir` that nothing mounts and no live testbed holds (its lock).
+/// Safe to call while other testbeds run; [`crate::Testbed::prepare`] calls
+/// it first, so a killed run's filesystem is never mounted twice.
+pub fn cleanup_leftovers(cache_dir: &Path) -> Result<CleanupReport, Error> {
     let mut report = CleanupReport::default();
-    let mut in_use: Vec<PathBuf> = Vec::new();
     if let Ok(dir) = fs::read_dir(RUN_DIR) {
         for e in dir.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
-            match owner(&name) {
-                Some(pid) if alive(pid) => {
-                    if let Ok(img) = fs::read_to_string(e.path().join("image")) {
-                        in_use.push(PathBuf::from(img));
-                    }
-                }
-                Some(_) => merge(&mut report, remove_run_dir(&e.path())),
-                None => {}
+            if owner(&name).is_some_and(|pid| !alive(pid)) {
+                merge(&mut report, remove_run_dir(&e.path()));
             }
         }
     }
 
     // Loops on cached images that nothing mounts: attached by a process
     // that died between losetup and mount, or a build interrupted there.
+    // A live `prepare` holds the image's lock from before it attaches
+    // until its testbed is torn down, so its loops are never taken.
     let mounted: Vec<String> = sys::mounts()?.into_iter().map(|m| m.source).collect();
     for (dev, backing) in sys::loops() {
         if !backing.starts_with(cache_dir) || mounted.iter().any(|s| Path::new(s) == dev) {
@@ -146,8 +142,38 @@ pub fn cleanup(cache_dir: &Path) -> Result<CleanupReport, Error> {
         if building_pid(&backing).is_some_and(alive) {
             continue;
         }
+        if Fs::ALL
+            .into_iter()
+            .any(|f| image::paths(cache_dir, f).0 == backing && locked(cache_dir, f))
+        {
+            continue;
+        }
         if sys::loop_detach(&dev).is_ok() {
             report.detached.push(dev);
+        }
+    }
+    Ok(report)
+}
+
+/// Whether a live testbed holds the image's lock.
+fn locked(cache_dir: &Path, fs_type: Fs) -> bool {
+    let lock_file = cache_dir.join(format!("testbed-{}.lock", fs_type.name()));
+    lock_file.exists() && image::lock(cache_dir, fs_type).is_err()
+}
+
+/// [`cleanup_leftovers`], then removes the cached images, manifests and
+/// lock files in `cache_dir` that no running testbed uses.
+pub fn cleanup(cache_dir: &Path) -> Result<CleanupReport, Error> {
+    let mut report = cleanup_leftovers(cache_dir)?;
+    let mut in_use: Vec<PathBuf> = Vec::new();
+    if let Ok(dir) = fs::read_dir(RUN_DIR) {
+        for e in dir.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if owner(&name).is_some_and(alive) {
+                if let Ok(img) = fs::read_to_string(e.path().join("image")) {
+                    in_use.push(PathBuf::from(img));
+                }
+            }
         }
     }
     let still_attached: Vec<PathBuf> = sys::loops().into_iter().map(|(_, b)| b).collect();

@@ -44,7 +44,7 @@ pub mod interrupt;
 pub mod profile;
 pub mod sys;
 
-pub use cleanup::{cleanup, CleanupReport};
+pub use cleanup::{cleanup, cleanup_leftovers, CleanupReport};
 pub use fio::{DeviceFigures, FioOptions};
 pub use image::{Fingerprint, ImageSpec, Manifest};
 pub use profile::{DeviceModel, Profile};
@@ -304,6 +304,9 @@ impl Testbed {
         };
         let (image_path, manifest_path) = image::paths(&spec.cache_dir, spec.fs);
         let lock = image::lock(&spec.cache_dir, spec.fs)?;
+        // Best effort: a leftover that cannot be removed now is reported by
+        // the mount or attach that trips over it.
+        let _ = cleanup::cleanup_leftovers(&spec.cache_dir);
 
         let run_dir = Path::new(RUN_DIR).join(format!(
             "{}-{}",

@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use warmstart_testbed::{
-    cleanup, FioOptions, Fs, Profile, Testbed, TestbedSpec, DEFAULT_CACHE_DIR,
+    cleanup, cleanup_leftovers, FioOptions, Fs, Profile, Testbed, TestbedSpec, DEFAULT_CACHE_DIR,
 };
 
 /// Storage testbeds for warmstart's bench: a filesystem image on a loop
@@ -96,6 +96,9 @@ enum Cmd {
         /// Where images are cached.
         #[arg(long, default_value = DEFAULT_CACHE_DIR)]
         cache_dir: PathBuf,
+        /// Keep the cached images; remove only what killed runs left.
+        #[arg(long)]
+        keep_images: bool,
     },
 }
 
@@ -165,8 +168,16 @@ fn run() -> Result<ExitCode> {
             tb.teardown().context("tearing the testbed down")?;
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Cleanup { cache_dir } => {
-            let r = cleanup(&cache_dir).context("cleaning up")?;
+        Cmd::Cleanup {
+            cache_dir,
+            keep_images,
+        } => {
+            let r = if keep_images {
+                cleanup_leftovers(&cache_dir)
+            } else {
+                cleanup(&cache_dir)
+            }
+            .context("cleaning up")?;
             for p in &r.unmounted {
                 println!("unmounted {}", p.display());
             }

@@ -436,6 +436,36 @@ fn cleanup_removes_leftovers_of_a_killed_run_root() {
     );
 }
 
+#[test]
+fn prepare_after_a_killed_run_removes_its_mount_first_root() {
+    if !is_root() {
+        return;
+    }
+    let cache = tempfile::tempdir().unwrap();
+    let (mut child, dead_run_dir) = hold(cache.path(), None);
+    signal(&child, nix::sys::signal::Signal::SIGKILL);
+    child.wait().unwrap();
+    assert!(remains(&dead_run_dir, cache.path())
+        .iter()
+        .any(|r| r.starts_with("mount")));
+    // The killed run's filesystem is unmounted before the image is
+    // attached again, never mounted twice.
+    let tb = Testbed::prepare(spec(Fs::Ext4, cache.path())).unwrap();
+    assert!(!tb.built());
+    assert!(!dead_run_dir.exists(), "the killed run's directory remains");
+    let image = cache.path().join("testbed-ext4.img");
+    let on_image: Vec<_> = warmstart_loops()
+        .into_iter()
+        .filter(|(_, b)| *b == image)
+        .collect();
+    assert_eq!(on_image.len(), 1, "{on_image:?}");
+    assert_eq!(on_image[0].0, tb.loop_device());
+    assert_eq!(
+        run_in(&tb, "cat /etc/hostname"),
+        fs::read_to_string("/etc/hostname").unwrap()
+    );
+}
+
 /// Ctrl-C during a bench: the program inside is still running when the
 /// testbed goes down, so the mounts are detached lazily and the loop and
 /// device model go when the program exits.
