@@ -44,6 +44,9 @@ struct SpecArgs {
     /// Where images are cached.
     #[arg(long, default_value = DEFAULT_CACHE_DIR)]
     cache_dir: PathBuf,
+    /// Host path bind-mounted at the same path inside (repeat).
+    #[arg(long = "bind")]
+    binds: Vec<PathBuf>,
 }
 
 impl SpecArgs {
@@ -55,6 +58,7 @@ impl SpecArgs {
         }
         spec.size = self.size_mib.map(|m| m << 20);
         spec.cache_dir = self.cache_dir;
+        spec.binds = self.binds;
         spec
     }
 }
