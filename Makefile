@@ -3,7 +3,7 @@
 #   make test   install what is missing, build, run every test
 SHELL := /bin/bash
 CARGO ?= cargo
-DEB_PACKAGES := clang llvm libelf-dev zlib1g-dev pkg-config make e2fsprogs xfsprogs util-linux python3 strace
+DEB_PACKAGES := clang llvm libelf-dev zlib1g-dev pkg-config make e2fsprogs xfsprogs util-linux python3 strace fuse3 fio btrfs-progs
 # The binary users run is linked statically (glibc included): `warmstart
 # run` starts before every launch it wraps, and dynamic loading and
 # relocation were half its cost on a warm launch (warm `run` overhead
