@@ -3,7 +3,8 @@
 #   make test   install what is missing, build, run every test
 SHELL := /bin/bash
 CARGO ?= cargo
-DEB_PACKAGES := clang llvm libelf-dev zlib1g-dev pkg-config make e2fsprogs xfsprogs util-linux python3
+DEB_PACKAGES := clang llvm libelf-dev zlib1g-dev pkg-config make e2fsprogs xfsprogs util-linux python3 \
+	docker-registry lintian dpkg-dev systemd
 # The binary users run is linked statically (glibc included): `warmstart
 # run` starts before every launch it wraps, and dynamic loading and
 # relocation were half its cost on a warm launch (warm `run` overhead
@@ -13,7 +14,7 @@ DEB_PACKAGES := clang llvm libelf-dev zlib1g-dev pkg-config make e2fsprogs xfspr
 HOST = $(shell rustc -vV | sed -n 's/^host: //p')
 RELEASE = target/$(HOST)/release/warmstart
 
-.PHONY: all deps build release test demo bench lint fmt clean install
+.PHONY: all deps build release deb test demo bench lint fmt clean install
 
 all: build
 
@@ -35,6 +36,12 @@ build: deps
 release: deps
 	RUSTFLAGS="$$RUSTFLAGS -C target-feature=+crt-static" $(CARGO) build --release -p warmstart --target $(HOST)
 
+# The Debian package (target/debian/warmstart_VERSION_ARCH.deb) of the
+# static release build: dist/debian/ holds its control files and scripts.
+DEB_VERSION ?= $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
+deb: release
+	dist/debian/build.sh target/$(HOST)/release $(DEB_VERSION) target/debian
+
 test: build
 	$(CARGO) test --workspace
 
@@ -53,7 +60,8 @@ install: release
 	install -d -m 0755 /etc/warmstart /usr/local/share/doc/warmstart
 	[ -e /etc/warmstart/config.toml ] || install -m 0644 dist/config.toml /etc/warmstart/config.toml
 	install -m 0644 docs/*.md /usr/local/share/doc/warmstart/
-	if [ -d /etc/systemd/system ]; then install -m 0644 dist/warmstart.service /etc/systemd/system/; \
+	if [ -d /etc/systemd/system ]; then \
+	  sed 's|/usr/bin/warmstart|/usr/local/bin/warmstart|' dist/warmstart.service > /etc/systemd/system/warmstart.service; \
 	  systemctl daemon-reload 2>/dev/null || true; echo "enable with: systemctl enable --now warmstart"; fi
 
 fmt:
