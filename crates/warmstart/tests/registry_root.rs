@@ -20,8 +20,30 @@ struct Registry {
 }
 
 impl Registry {
-    fn start() -> Registry {
+    /// With `htpasswd` (user, password): Basic authentication required.
+    fn start(htpasswd: Option<(&str, &str)>) -> Registry {
         let dir = tempfile::tempdir().unwrap();
+        let auth = match htpasswd {
+            Some((user, password)) => {
+                // The registry takes bcrypt hashes; glibc's crypt makes them.
+                let out = run_ok(Command::new("python3").args([
+                    "-W",
+                    "ignore",
+                    "-c",
+                    "import crypt, sys; print(crypt.crypt(sys.argv[1], '$2b$05$abcdefghijklmnopqrstuu'))",
+                    password,
+                ]));
+                let hash = String::from_utf8_lossy(&out.stdout).trim().to_string();
+                assert!(hash.starts_with("$2b$"), "{hash}");
+                let file = dir.path().join("htpasswd");
+                std::fs::write(&file, format!("{user}:{hash}\n")).unwrap();
+                format!(
+                    "auth:\n  htpasswd:\n    realm: test\n    path: {}\n",
+                    file.display()
+                )
+            }
+            None => String::new(),
+        };
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -32,7 +54,7 @@ impl Registry {
         std::fs::write(
             &config,
             format!(
-                "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {addr}\n",
+                "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {addr}\n{auth}",
                 dir.path().join("storage").display()
             ),
         )
@@ -100,7 +122,7 @@ fn root_push_then_pull_into_a_fresh_state_dir_prefetches_the_first_launch() {
     if !Path::new(REGISTRY).exists() {
         panic!("{REGISTRY} is missing: apt-get install docker-registry (make deps does)");
     }
-    let reg = Registry::start();
+    let reg = Registry::start(None);
     let fs = LoopFs::new("ext4", 96);
     run_ok(Command::new(fixture()).arg("gen").arg(&fs.mnt));
     let here = tempfile::tempdir().unwrap();
@@ -193,6 +215,47 @@ fn root_push_then_pull_into_a_fresh_state_dir_prefetches_the_first_launch() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(file.exists());
+
+    // A registry that wants credentials: refused without them, with a
+    // hint; taken from $REGISTRY_AUTH_FILE (podman's auth.json format).
+    let locked = Registry::start(Some(("ci", "s3cret")));
+    let private = format!("{}/warmstart/fixture:v1", locked.addr);
+    let out = ws(&["push", "fixture", &private], here.path());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("no credentials"), "{err}");
+    let auth = here.path().join("auth.json");
+    std::fs::write(
+        &auth,
+        format!(
+            r#"{{"auths":{{"{}":{{"auth":"Y2k6czNjcmV0"}}}}}}"#,
+            locked.addr
+        ),
+    )
+    .unwrap();
+    let with_auth = |args: &[&str], state: &Path| {
+        run(Command::new(warmstart())
+            .args(args)
+            .arg("--state-dir")
+            .arg(state)
+            .env("HOME", state)
+            .env("REGISTRY_AUTH_FILE", &auth))
+    };
+    let out = with_auth(&["push", "fixture", &private], here.path());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let other = tempfile::tempdir().unwrap();
+    let out = with_auth(&["pull", &private], other.path());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(other.path().join("profiles/fixture/plan").exists());
+    drop(locked);
 
     // The registry down: a clear error naming it, not a hang.
     let addr = reg.addr.clone();
