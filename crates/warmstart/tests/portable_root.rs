@@ -208,3 +208,106 @@ fn root_exported_plan_is_prefetched_from_the_first_launch_elsewhere() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+fn wait_for(what: &str, timeout: std::time::Duration, mut ok: impl FnMut() -> bool) {
+    let t = std::time::Instant::now();
+    while !ok() {
+        assert!(t.elapsed() < timeout, "timed out waiting for {what}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn root_a_plan_imported_while_the_daemon_runs_prefetches_its_first_launch() {
+    if !require_root("root_a_plan_imported_while_the_daemon_runs_prefetches_its_first_launch") {
+        return;
+    }
+    use std::time::Duration;
+    let fs = LoopFs::new("ext4", 96);
+    run_ok(Command::new(fixture()).arg("gen").arg(&fs.mnt));
+    let d = tempfile::tempdir().unwrap();
+    // A name of its own, so that only this test's daemon follows it.
+    let exe = d.path().join("ws-import-fixture");
+    std::fs::copy(fixture(), &exe).unwrap();
+    let cmd = [exe.to_str().unwrap(), "run", fs.mnt.to_str().unwrap()];
+
+    // Learned here by `run` under the name the daemon gives the command.
+    let here = d.path().join("here");
+    for _ in 0..2 {
+        fs.evict();
+        run_ok(
+            Command::new(warmstart())
+                .args(["run", "-q", "--strategy", "concurrent", "--state-dir"])
+                .arg(&here)
+                .arg("--")
+                .args(cmd),
+        );
+    }
+    let name = std::fs::read_dir(here.join("profiles"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .find(|n| n.starts_with("ws-import-fixture-"))
+        .expect("a profile");
+    let file = d.path().join("p.wsplan");
+    run_ok(
+        Command::new(warmstart())
+            .args(["export", &name, "--state-dir"])
+            .arg(&here)
+            .arg("-o")
+            .arg(&file),
+    );
+
+    // The daemon runs on a fresh state directory; the import tells it.
+    let (state, socket) = (d.path().join("there"), d.path().join("sock"));
+    let config = d.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "learn = \"allow-list\"\nallow = [\"{}\"]\nskip_services = false\nmin_launch_kib = 64\n",
+            exe.display()
+        ),
+    )
+    .unwrap();
+    let log = std::fs::File::create(d.path().join("daemon.log")).unwrap();
+    let _daemon = Background::spawn(
+        Command::new(warmstart())
+            .arg("daemon")
+            .arg("--config")
+            .arg(&config)
+            .arg("--state-dir")
+            .arg(&state)
+            .arg("--socket")
+            .arg(&socket)
+            .stdout(std::process::Stdio::null())
+            .stderr(log),
+    );
+    wait_for("the daemon's socket", Duration::from_secs(20), || {
+        socket.exists()
+    });
+    run_ok(
+        Command::new(warmstart())
+            .args(["import", "--state-dir"])
+            .arg(&state)
+            .arg("--socket")
+            .arg(&socket)
+            .arg(&file),
+    );
+
+    // Its first launch, wrapped by nobody: prefetched by the daemon.
+    fs.evict();
+    run_ok(Command::new(&exe).arg("run").arg(&fs.mnt));
+    let last = state.join("profiles").join(&name).join("last-launch.json");
+    wait_for(
+        "the daemon to take the launch",
+        Duration::from_secs(30),
+        || last.exists(),
+    );
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&last).unwrap()).unwrap();
+    let log = std::fs::read_to_string(d.path().join("daemon.log")).unwrap();
+    assert_eq!(r["phase_before"], "prefetching", "{r}\n{log}");
+    assert!(
+        r["replay"]["data"]["bytes"].as_u64().unwrap_or(0) > 2 << 20,
+        "{r}\n{log}"
+    );
+}
