@@ -3,6 +3,10 @@
 #   make test   install what is missing, build, run every test
 SHELL := /bin/bash
 CARGO ?= cargo
+# docker-registry, lintian, dpkg-dev and systemd are for the package and
+# registry tests (a registry the tests start on a loopback port; on a
+# machine booted with systemd, Debian's package also enables its own
+# service on :5000: `systemctl disable --now docker-registry` if unwanted).
 DEB_PACKAGES := clang llvm libelf-dev zlib1g-dev pkg-config make e2fsprogs xfsprogs util-linux python3 \
 	docker-registry lintian dpkg-dev systemd
 # The binary users run is linked statically (glibc included): `warmstart

@@ -310,4 +310,39 @@ fn root_a_plan_imported_while_the_daemon_runs_prefetches_its_first_launch() {
         r["replay"]["data"]["bytes"].as_u64().unwrap_or(0) > 2 << 20,
         "{r}\n{log}"
     );
+
+    // A file of the plan replaced (a package upgrade): `changed` has the
+    // daemon send the profile back to learning, keeping the plan.
+    let f0 = walk(&fs.mnt.join("data")).into_iter().min().unwrap();
+    let bytes = std::fs::read(&f0).unwrap();
+    std::fs::remove_file(&f0).unwrap();
+    std::fs::write(&f0, &bytes).unwrap();
+    let out = run_ok(
+        Command::new(warmstart())
+            .args(["changed", "--state-dir"])
+            .arg(&state)
+            .arg("--socket")
+            .arg(&socket),
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains(&format!("{name}: relearning")), "{said}");
+    let prof: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(state.join("profiles").join(&name).join("profile.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(prof["phase"], "learning", "{prof}");
+    let status = run_ok(
+        Command::new(warmstart())
+            .args(["status", "--json", "--socket"])
+            .arg(&socket),
+    );
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    let p = status["profiles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == name.as_str())
+        .cloned()
+        .unwrap();
+    assert_eq!(p["phase"], "learning", "{status}");
 }
