@@ -344,8 +344,9 @@ impl Client {
         Ok(digest)
     }
 
-    /// Pushes `plan` and returns the manifest's digest.
-    pub fn push(&mut self, plan: &PortablePlan) -> Result<String, Error> {
+    /// Pushes `plan` and returns the manifest's digest. The manifest is
+    /// also tagged with each of `also` (e.g. [`program_key`]).
+    pub fn push(&mut self, plan: &PortablePlan, also: &[String]) -> Result<String, Error> {
         let layer = plan.to_bytes();
         let layer_digest = self.push_blob(&layer)?;
         let config_digest = self.push_blob(EMPTY)?;
@@ -383,8 +384,12 @@ impl Client {
                 });
             }
         }
-        let url = format!("{}/manifests/{}", self.base, self.reference.target());
-        self.call("PUT", &url, &[("Content-Type", MANIFEST_TYPE)], Some(&body))?;
+        let targets =
+            std::iter::once(self.reference.target().to_string()).chain(also.iter().cloned());
+        for t in targets.collect::<Vec<_>>() {
+            let url = format!("{}/manifests/{t}", self.base);
+            self.call("PUT", &url, &[("Content-Type", MANIFEST_TYPE)], Some(&body))?;
+        }
         Ok(digest)
     }
 
@@ -439,6 +444,34 @@ impl Client {
         }
         Ok((PortablePlan::from_bytes(&bytes)?, digest))
     }
+}
+
+/// The tag a plan is found by for a program, from content alone:
+/// `sha256-` and the SHA-256 of the executable's SHA-256 and the
+/// arguments. Every machine with the same executable bytes computes the
+/// same key for the same command line, whatever its path or inode.
+pub fn program_key(exe: &Path, args: &[String]) -> Result<String, Error> {
+    use sha2::Digest;
+    use std::io::Read;
+    let real = std::fs::canonicalize(exe).map_err(|e| Error::io(exe, e))?;
+    let mut local = crate::identity::open_local(&real)?;
+    let mut h = sha2::Sha256::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = local.file.read(&mut buf).map_err(|e| Error::io(&real, e))?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    let mut k = sha2::Sha256::new();
+    k.update(b"warmstart-program-v1\0");
+    k.update(h.finalize());
+    for a in args {
+        k.update(b"\0");
+        k.update(a.as_bytes());
+    }
+    Ok(format!("sha256-{}", crate::hex(&k.finalize())))
 }
 
 /// A response body, refused past `max` bytes.

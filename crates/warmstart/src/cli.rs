@@ -161,6 +161,8 @@ pub enum Command {
         oras manifest fetch registry.example/warmstart/gimp:2.10\n\n\
         Stored as an OCI artifact (artifactType application/vnd.warmstart.plan.v1, one layer\n\
         application/vnd.warmstart.plan.v1+gzip). Prints the manifest digest to pin pulls with.\n\
+        It is also tagged sha256-KEY, KEY from the executable's bytes and the arguments, so\n\
+        that `warmstart pull REPOSITORY -- CMD` finds it on machines with the same program.\n\
         Credentials come from $REGISTRY_AUTH_FILE, $XDG_RUNTIME_DIR/containers/auth.json or\n\
         ~/.docker/config.json (`podman login`, `docker login`). Loopback registries are\n\
         spoken to over plain HTTP, others over HTTPS.")]
@@ -168,7 +170,8 @@ pub enum Command {
     /// Pull a plan from an OCI registry and import it.
     #[command(after_help = "EXAMPLES:\n  \
         warmstart pull registry.example/warmstart/gimp:2.10\n  \
-        warmstart pull registry.example/warmstart/gimp@sha256:3f1c...   # pinned\n\n\
+        warmstart pull registry.example/warmstart/gimp@sha256:3f1c...   # pinned\n  \
+        warmstart pull registry.example/warmstart/plans -- gimp          # by the program's content\n\n\
         The plan is data: size-capped, validated, and used only for files that pass this\n\
         machine's identity check, as with `warmstart import`.")]
     Pull(PullArgs),
@@ -256,6 +259,11 @@ pub struct PullArgs {
     pub target: ImportTarget,
     #[command(flatten)]
     pub registry: RegistryArgs,
+    /// Find the plan for this command by content: REFERENCE is then a
+    /// repository, and the tag is the one `push` adds from the
+    /// executable's digest and the arguments.
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
 }
 
 #[derive(Debug, clap::Args)]

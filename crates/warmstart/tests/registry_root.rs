@@ -143,6 +143,11 @@ fn root_push_then_pull_into_a_fresh_state_dir_prefetches_the_first_launch() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("tagged sha256-"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let pinned = String::from_utf8_lossy(&out.stdout).trim().to_string();
     let prefix = format!("{}/warmstart/fixture@sha256:", reg.addr);
     assert!(pinned.starts_with(&prefix), "{pinned}");
@@ -181,6 +186,30 @@ fn root_push_then_pull_into_a_fresh_state_dir_prefetches_the_first_launch() {
         "{r}"
     );
     assert!(!there.path().join("profiles/fixture/trace-0").exists());
+
+    // Found by content: the repository and the command, on a machine
+    // that has the same executable bytes.
+    let by_program = tempfile::tempdir().unwrap();
+    let repo = format!("{}/warmstart/fixture", reg.addr);
+    let mut args = vec!["pull", repo.as_str(), "--"];
+    args.extend(cmd);
+    let out = run(Command::new(warmstart())
+        .args(&args[..2])
+        .arg("--state-dir")
+        .arg(by_program.path())
+        .args(&args[2..])
+        .env("HOME", by_program.path()));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("imported fixture"), "{err}");
+    // Another command line has another key: nothing there.
+    let out = run(Command::new(warmstart())
+        .args(["pull", repo.as_str(), "--state-dir"])
+        .arg(by_program.path())
+        .args(["--", fx.as_str(), "gen"])
+        .env("HOME", by_program.path()));
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("MANIFEST_UNKNOWN"));
 
     // A digest that is not the manifest's: refused, nothing imported.
     let wrong = format!(

@@ -306,3 +306,28 @@ fn a_registry_that_is_down_is_a_clear_error_not_a_hang() {
     );
     drop(l);
 }
+
+#[test]
+fn program_keys_follow_content_and_arguments_not_paths() {
+    let d = tempfile::tempdir().unwrap();
+    let a = d.path().join("a");
+    let b = d.path().join("b");
+    std::fs::write(&a, b"\x7fELF program").unwrap();
+    std::fs::write(&b, b"\x7fELF program").unwrap();
+    let l = d.path().join("l");
+    std::os::unix::fs::symlink(&a, &l).unwrap();
+    let k = |p: &Path, args: &[&str]| {
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        program_key(p, &args).unwrap()
+    };
+    let ka = k(&a, &["x"]);
+    assert!(ka.starts_with("sha256-") && ka.len() == 71, "{ka}");
+    assert_eq!(k(&b, &["x"]), ka, "same bytes elsewhere");
+    assert_eq!(k(&l, &["x"]), ka, "through a symlink");
+    assert_ne!(k(&a, &["y"]), ka);
+    assert_ne!(k(&a, &["x", ""]), ka);
+    std::fs::write(&b, b"\x7fELF programs").unwrap();
+    assert_ne!(k(&b, &["x"]), ka);
+    // A valid tag.
+    assert!(Reference::parse(&format!("r.io/p:{ka}")).is_ok());
+}

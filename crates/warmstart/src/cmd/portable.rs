@@ -10,6 +10,7 @@ use warmstart_launch::store::{valid_name, write_atomic};
 use warmstart_launch::{Phase, Profile, Store};
 use warmstart_plan::Plan;
 use warmstart_portable::format::{self, PortablePlan};
+use warmstart_portable::oci::program_key;
 use warmstart_portable::{Client, Reference};
 
 use super::human_bytes;
@@ -192,18 +193,56 @@ pub fn push(args: PushArgs, quiet: bool) -> Result<i32> {
     let (store, _) = resolve(&args.state_dir, &None)?;
     let pp = portable(&store, &args.profile, quiet)?;
     let mut c = client(&args.reference, &args.registry)?;
-    let digest = c.push(&pp)?;
+    // Also found by content: the tag every machine with the same
+    // executable computes for the same command line.
+    let key = match find_program(&pp.meta.command) {
+        Some(exe) => match program_key(&exe, &pp.meta.command[1..]) {
+            Ok(k) => Some(k),
+            Err(e) => {
+                eprintln!("warmstart: not tagged by program: {e}");
+                None
+            }
+        },
+        None => None,
+    };
+    let digest = c.push(&pp, key.as_slice())?;
     let r = c.reference();
     if !quiet {
         eprintln!("pushed {} ({}) to {r}", args.profile, summary(&pp));
+        if let Some(k) = &key {
+            eprintln!("tagged {k} for {}", pp.meta.command.join(" "));
+        }
     }
     // The pinned reference, for `pull` on the other machines.
     println!("{}/{}@{digest}", r.registry, r.repository);
     Ok(0)
 }
 
+/// The executable `command` runs: its first word as a path, or looked up
+/// in PATH as a shell would.
+fn find_program(command: &[String]) -> Option<PathBuf> {
+    let prog = command.first()?;
+    if prog.contains('/') {
+        return Some(PathBuf::from(prog));
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|d| d.join(prog))
+        .find(|p| p.is_file())
+}
+
 pub fn pull(args: PullArgs, quiet: bool) -> Result<i32> {
-    let mut c = client(&args.reference, &args.registry)?;
+    let mut reference = args.reference.clone();
+    if !args.command.is_empty() {
+        let r = Reference::parse(&reference)?;
+        if r.tag.is_some() || r.digest.is_some() {
+            bail!("with a command, give a repository without a tag or digest: {reference}");
+        }
+        let exe = find_program(&args.command)
+            .with_context(|| format!("{}: no such program", args.command[0]))?;
+        let key = program_key(&exe, &args.command[1..])?;
+        reference = format!("{}/{}:{key}", r.registry, r.repository);
+    }
+    let mut c = client(&reference, &args.registry)?;
     let (pp, digest) = c.pull()?;
     let r = c.reference();
     let source = format!("{}/{}@{digest}", r.registry, r.repository);
