@@ -318,3 +318,114 @@ fn root_deb_installs_triggers_upgrades_and_purges_cleanly() {
         assert!(!Path::new(p).exists(), "{p} left behind");
     }
 }
+/// The daemon with only the unit's capabilities (its bounding set, with
+/// no_new_privs, as setpriv applies them): it still learns a launch and
+/// prefetches the next one. The rest of the sandbox needs systemd as PID 1.
+#[test]
+fn root_daemon_learns_and_prefetches_with_only_the_units_capabilities() {
+    if !require_root("root_daemon_learns_and_prefetches_with_only_the_units_capabilities") {
+        return;
+    }
+    use std::time::{Duration, Instant};
+    let unit = std::fs::read_to_string(repo().join("dist/warmstart.service")).unwrap();
+    let caps: Vec<String> = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("CapabilityBoundingSet="))
+        .unwrap()
+        .split_whitespace()
+        .map(|c| format!("+{}", c.trim_start_matches("CAP_").to_lowercase()))
+        .collect();
+    let bounding = format!("-all,{}", caps.join(","));
+
+    let fs = LoopFs::new("ext4", 96);
+    run_ok(Command::new(fixture()).arg("gen").arg(&fs.mnt));
+    let d = tempfile::tempdir().unwrap();
+    let exe = d.path().join("ws-unit-fixture");
+    std::fs::copy(fixture(), &exe).unwrap();
+    let (state, socket) = (d.path().join("state"), d.path().join("sock"));
+    let config = d.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "learn = \"allow-list\"\nallow = [\"{}\"]\nskip_services = false\nmin_launch_kib = 64\n",
+            exe.display()
+        ),
+    )
+    .unwrap();
+    let log_path = d.path().join("daemon.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let _daemon = Background::spawn(
+        Command::new("setpriv")
+            .args([
+                "--bounding-set",
+                &bounding,
+                "--inh-caps=-all",
+                "--no-new-privs",
+                "--",
+            ])
+            .arg(warmstart())
+            .arg("daemon")
+            .arg("--config")
+            .arg(&config)
+            .arg("--state-dir")
+            .arg(&state)
+            .arg("--socket")
+            .arg(&socket)
+            .stdout(std::process::Stdio::null())
+            .stderr(log),
+    );
+    let wait = |what: &str, ok: &dyn Fn() -> bool| {
+        let t = Instant::now();
+        while !ok() {
+            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+            assert!(
+                t.elapsed() < Duration::from_secs(30),
+                "waiting for {what}:\n{log}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    wait("the daemon's socket", &|| socket.exists());
+    let profile = || {
+        std::fs::read_dir(state.join("profiles"))
+            .ok()?
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("ws-unit-fixture-")
+            })
+    };
+    let field = |f: &str| -> serde_json::Value {
+        profile()
+            .and_then(|p| std::fs::read(p.join("profile.json")).ok())
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .map_or(serde_json::Value::Null, |v| v[f].clone())
+    };
+    for i in 1..=3u64 {
+        fs.evict();
+        run_ok(Command::new(&exe).arg("run").arg(&fs.mnt));
+        wait("the daemon to take the launch", &|| field("launches") == i);
+        if field("phase") == "prefetching" {
+            break;
+        }
+    }
+    assert_eq!(
+        field("phase"),
+        "prefetching",
+        "learned with the unit's capabilities"
+    );
+    let last = profile().unwrap().join("last-launch.json");
+    let _ = std::fs::remove_file(&last);
+    fs.evict();
+    run_ok(Command::new(&exe).arg("run").arg(&fs.mnt));
+    wait("the prefetched launch", &|| last.exists());
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&last).unwrap()).unwrap();
+    assert_eq!(r["phase_before"], "prefetching", "{r}");
+    assert!(
+        r["replay"]["data"]["bytes"].as_u64().unwrap_or(0) > 2 << 20,
+        "prefetched with the unit's capabilities: {r}"
+    );
+}
