@@ -389,8 +389,16 @@ pub fn import(pp: &PortablePlan, root: &Path) -> Result<Imported, Error> {
                 dropped.push(Dropped::new(&f.path, Why::Missing));
                 continue;
             }
-            Err(e) => {
-                dropped.push(Dropped::new(&f.path, Why::Unreadable(e.to_string())));
+            // The path is in the message already.
+            Err(Error::Io { source, .. }) => {
+                dropped.push(Dropped::new(&f.path, Why::Unreadable(source.to_string())));
+                continue;
+            }
+            Err(_) => {
+                dropped.push(Dropped::new(
+                    &f.path,
+                    Why::Unreadable("not a regular file".into()),
+                ));
                 continue;
             }
         };

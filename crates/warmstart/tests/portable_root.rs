@@ -114,9 +114,16 @@ fn root_exported_plan_is_prefetched_from_the_first_launch_elsewhere() {
         learned.data_bytes()
     );
 
-    // Its first launch: prefetched, nothing learned, nothing stale.
+    // Its first launch: prefetched, nothing learned, nothing stale, and
+    // audited: the program itself reads (almost) nothing from storage.
     fs.evict();
-    let out = run_cmd(there.path(), &rep, &cmd);
+    let out = run(Command::new(warmstart())
+        .args(["run", "--audit", "--strategy", "concurrent", "--state-dir"])
+        .arg(there.path())
+        .args(["--profile", "fixture", "--report"])
+        .arg(&rep)
+        .arg("--")
+        .args(cmd));
     assert!(
         out.status.success(),
         "{}",
@@ -140,6 +147,15 @@ fn root_exported_plan_is_prefetched_from_the_first_launch_elsewhere() {
     assert!(
         !there.path().join("profiles/fixture/trace-0").exists(),
         "no learning launch"
+    );
+    let touched: u64 = touches(&out.stdout).iter().map(|t| t.2).sum();
+    let self_read = r["audit_pages_from_storage"].as_u64().unwrap();
+    assert!(
+        (self_read as f64) <= 0.1 * touched as f64,
+        "the program read {self_read} of its {touched} pages itself (> 10%): {r}"
+    );
+    eprintln!(
+        "imported plan, first launch: {self_read} of {touched} pages read by the program itself"
     );
 
     // One file differs on a third machine: dropped at import, by name.
