@@ -3,7 +3,14 @@
 #   make test   install what is missing, build, run every test
 SHELL := /bin/bash
 CARGO ?= cargo
-DEB_PACKAGES := clang llvm libelf-dev zlib1g-dev pkg-config make e2fsprogs xfsprogs util-linux python3 strace fuse3 fio btrfs-progs
+# docker-registry, lintian, dpkg-dev and systemd are for the package and
+# registry tests (a registry the tests start on a loopback port; on a
+# machine booted with systemd, Debian's package also enables its own
+# service on :5000: `systemctl disable --now docker-registry` if unwanted);
+# strace for the kill-at-every-write test; fuse3, fio and btrfs-progs for
+# the storage testbed.
+DEB_PACKAGES := clang llvm libelf-dev zlib1g-dev pkg-config make e2fsprogs xfsprogs util-linux python3 \
+	docker-registry lintian dpkg-dev systemd strace fuse3 fio btrfs-progs
 # The binary users run is linked statically (glibc included): `warmstart
 # run` starts before every launch it wraps, and dynamic loading and
 # relocation were half its cost on a warm launch (warm `run` overhead
@@ -18,7 +25,7 @@ RELEASE_BENCH = target/$(HOST)/release/warmstart-bench
 # Raw benchmark output: kept in the repository if wanted, never installed.
 BENCH_RUN := bench/runs/$(shell date +%F)-$(shell hostname)
 
-.PHONY: all deps build release test demo bench lint fmt clean install
+.PHONY: all deps build release deb test demo bench lint fmt clean install
 
 all: build
 
@@ -39,6 +46,12 @@ build: deps
 
 release: deps
 	RUSTFLAGS="$$RUSTFLAGS -C target-feature=+crt-static" $(CARGO) build --release -p warmstart -p warmstart-bench --target $(HOST)
+
+# The Debian package (target/debian/warmstart_VERSION_ARCH.deb) of the
+# static release build: dist/debian/ holds its control files and scripts.
+DEB_VERSION ?= $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
+deb: release
+	dist/debian/build.sh target/$(HOST)/release $(DEB_VERSION) target/debian
 
 test: build
 	$(CARGO) test --workspace
@@ -64,10 +77,13 @@ install: release
 	install -m 0755 $(RELEASE_BENCH) /usr/local/bin/warmstart-bench
 	install -d -m 0755 /etc/warmstart /usr/local/share/doc/warmstart/guide /usr/local/share/doc/warmstart/reference
 	[ -e /etc/warmstart/config.toml ] || install -m 0644 dist/config.toml /etc/warmstart/config.toml
-	install -m 0644 README.md /usr/local/share/doc/warmstart/
+	install -m 0644 README.md docs/benchmarks.md /usr/local/share/doc/warmstart/
+	install -d -m 0755 /usr/local/share/doc/warmstart/img
+	install -m 0644 docs/img/*.svg /usr/local/share/doc/warmstart/img/
 	install -m 0644 docs/guide/*.md /usr/local/share/doc/warmstart/guide/
 	install -m 0644 docs/reference/*.md /usr/local/share/doc/warmstart/reference/
-	if [ -d /etc/systemd/system ]; then install -m 0644 dist/warmstart.service /etc/systemd/system/; \
+	if [ -d /etc/systemd/system ]; then \
+	  sed 's|/usr/bin/warmstart|/usr/local/bin/warmstart|' dist/warmstart.service > /etc/systemd/system/warmstart.service; \
 	  systemctl daemon-reload 2>/dev/null || true; echo "enable with: systemctl enable --now warmstart"; fi
 
 fmt:

@@ -323,6 +323,13 @@ pub enum Request {
         names: Vec<String>,
         all: bool,
     },
+    /// Read these profiles again from the state directory (written by
+    /// `warmstart import`); with `relearn`, first send the prefetching ones
+    /// back to learning for that reason (`warmstart changed`).
+    Refresh {
+        names: Vec<String>,
+        relearn: Option<String>,
+    },
 }
 
 /// The daemon's answer to a [`Request`].
@@ -347,6 +354,11 @@ pub enum Reply {
     },
     Forgot {
         forgotten: Vec<String>,
+        missing: Vec<String>,
+    },
+    Refreshed {
+        /// Profiles sent back to learning (with `relearn`).
+        relearned: Vec<String>,
         missing: Vec<String>,
     },
     Error {
@@ -1665,6 +1677,33 @@ fn handle(
                 }
             }
             Reply::Forgot { forgotten, missing }
+        }
+        Request::Refresh { names, relearn } => {
+            let mut profiles = shared.profiles.lock().unwrap_or_else(|e| e.into_inner());
+            let (mut relearned, mut missing) = (Vec::new(), Vec::new());
+            let mut log = std::io::stderr();
+            for n in names {
+                if !crate::store::valid_name(&n) || !store.dir(&n).join("profile.json").exists() {
+                    missing.push(n);
+                    continue;
+                }
+                if let Some(why) = &relearn {
+                    match crate::manager::mark_relearn(store, &n, why) {
+                        Ok(true) => {
+                            profiles.insert(n.clone(), Instant::now());
+                            relearned.push(n.clone());
+                        }
+                        Ok(false) => {}
+                        Err(e) => {
+                            return Reply::Error {
+                                message: e.to_string(),
+                            }
+                        }
+                    }
+                }
+                refresh(shared, store, &n, &mut log);
+            }
+            Reply::Refreshed { relearned, missing }
         }
     }
 }

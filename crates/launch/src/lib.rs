@@ -12,7 +12,7 @@ mod manager;
 pub mod store;
 
 pub use manager::{
-    compile_traces, profile_name, run, Config, LaunchReport, Strategy, StrategyChoice,
+    compile_traces, mark_relearn, profile_name, run, Config, LaunchReport, Strategy, StrategyChoice,
 };
 pub use store::{default_state_dir, Phase, Profile, Store};
 

@@ -433,6 +433,24 @@ pub(crate) fn relearn(
     report.relearn_reason = Some(why);
 }
 
+/// Sends profile `name` back to learning if it is prefetching, keeping its
+/// plan to prefetch the unchanged files with meanwhile (`warmstart
+/// changed`, after a package upgrade replaced some of its files). Returns
+/// whether it was prefetching.
+pub fn mark_relearn(store: &Store, name: &str, why: &str) -> Result<bool, Error> {
+    let Some(mut prof) = store.load(name)? else {
+        return Ok(false);
+    };
+    if prof.phase != Phase::Prefetching {
+        return Ok(false);
+    }
+    let mut report = LaunchReport::new(name, prof.phase);
+    relearn(&mut prof, store, why.to_string(), true, &mut report);
+    prof.audit_next = false;
+    store.save(&mut prof)?;
+    Ok(true)
+}
+
 /// Keeps a trace in the profile; compiles once there are enough.
 pub(crate) fn add_trace(
     trace: &Trace,

@@ -78,7 +78,7 @@ pub fn run(args: RunArgs, quiet: bool) -> Result<i32> {
 /// The state directory `status` and `forget` look at when no daemon
 /// answers: as given, else the configured one for root (where the daemon
 /// keeps it), else the user's; never created.
-fn store(dir: &Option<std::path::PathBuf>) -> Result<Store> {
+pub(super) fn store(dir: &Option<std::path::PathBuf>) -> Result<Store> {
     let d = dir.clone().unwrap_or_else(|| {
         // SAFETY: geteuid has no preconditions.
         match (unsafe { libc::geteuid() }, config()) {
@@ -98,7 +98,7 @@ fn config() -> Option<DaemonConfig> {
 const DEFAULT_CONFIG: &str = "/etc/warmstart/config.toml";
 
 /// The control socket: as given, else the configured one, else the default.
-fn socket_of(arg: &Option<std::path::PathBuf>) -> std::path::PathBuf {
+pub(super) fn socket_of(arg: &Option<std::path::PathBuf>) -> std::path::PathBuf {
     arg.clone()
         .or_else(|| config().map(|c| c.socket))
         .unwrap_or_else(|| DaemonConfig::default().socket)
@@ -275,7 +275,7 @@ fn daemon_or_note(socket: &std::path::Path) -> Option<warmstart_launch::daemon::
     })
 }
 
-fn ask_daemon(socket: &std::path::Path, req: &Request) -> Result<Reply> {
+pub(super) fn ask_daemon(socket: &std::path::Path, req: &Request) -> Result<Reply> {
     match warmstart_launch::daemon::request(socket, req) {
         Ok(Reply::Error { message }) => anyhow::bail!("the daemon refused: {message}"),
         Ok(r) => Ok(r),
