@@ -236,8 +236,9 @@ struct Held {
     started_ms: u64,
     /// Bytes its reads brought in, over every re-read.
     read_bytes: u64,
-    /// Resident bytes of the plan at the last tick.
+    /// Resident bytes of the plan, and its size, at the last tick.
     resident: u64,
+    total: u64,
 }
 
 impl Held {
@@ -302,10 +303,11 @@ impl Preloader {
         let mut actions = Vec::new();
         let running = os.preload_running();
         self.expire(now_ms, running.as_deref(), os, &mut actions);
+        // Measured for the running preload too, though what it holds is
+        // then counted as all it reads (see `Held::holds`).
         for (profile, h) in self.held.iter_mut() {
-            if running.as_deref() != Some(profile.as_str()) {
-                h.resident = os.residency(profile).map_or(0, |r| r.resident);
-            }
+            let r = os.residency(profile).unwrap_or_default();
+            (h.resident, h.total) = (r.resident, r.total);
         }
         let mem = os.memory();
         self.stats.budget_bytes = mem.map_or(0, |m| {
@@ -455,6 +457,7 @@ impl Preloader {
                         started_ms: now_ms,
                         read_bytes: 0,
                         resident: r.resident,
+                        total: r.total,
                     });
                     h.read_bytes += need;
                     self.stats.preloads += 1;
@@ -485,8 +488,22 @@ impl Preloader {
             .then(|| self.stats.bytes_used as f64 / self.finished_bytes as f64);
     }
 
+    /// The fraction of a preloaded profile's plan resident at the last tick:
+    /// what [`on_launch`](Self::on_launch) wants, without measuring anything
+    /// on the launch's path (the daemon starts the launch's replay first).
+    pub fn last_resident_fraction(&self, profile: &str) -> Option<f64> {
+        self.held.get(profile).map(|h| {
+            PlanResidency {
+                resident: h.resident,
+                total: h.total,
+            }
+            .fraction()
+        })
+    }
+
     /// A launch of `profile` began, finding `resident_fraction` of its plan
-    /// in the page cache (measured at its exec, before its own replay). If
+    /// in the page cache (measured before its own replay, or
+    /// [`last_resident_fraction`](Self::last_resident_fraction)). If
     /// the profile was preloaded, says whether the preload was used: the
     /// launch came and enough of it was still resident. The bytes counted
     /// as used are the preloaded bytes times the resident fraction (the

@@ -292,8 +292,11 @@ fn unused_preloads_are_reported_and_used_ones_counted() {
     os.complete();
     p.tick(1000, &r, &mut os);
     os.complete();
+    p.tick(2000, &r, &mut os);
     assert_eq!(p.preloaded().collect::<Vec<_>>(), vec!["a", "b"]);
     // b's launch comes with all of it still resident: used.
+    assert_eq!(p.last_resident_fraction("b"), Some(1.0));
+    assert_eq!(p.last_resident_fraction("c"), None, "not preloaded");
     let o = p.on_launch("b", 1.0).unwrap();
     assert!(o.used);
     assert_eq!(o.bytes_used, 100 * MIB);
@@ -321,8 +324,13 @@ fn unused_preloads_are_reported_and_used_ones_counted() {
 fn a_launch_after_eviction_did_not_use_its_preload() {
     let mut os = Fake::new();
     let mut p = Preloader::new(cfg());
-    p.tick(0, &ranking(&[("a", 0.5)]), &mut os);
+    let r = ranking(&[("a", 0.5)]);
+    p.tick(0, &r, &mut os);
     os.complete();
+    os.plan("a", 20 * MIB, 100 * MIB);
+    // Measured at the next tick, while the launch has not come.
+    p.tick(1000, &[], &mut os);
+    assert_eq!(p.last_resident_fraction("a"), Some(0.2));
     let o = p.on_launch("a", 0.2).unwrap();
     assert!(!o.used);
     assert_eq!(o.bytes_used, 0);
