@@ -8,7 +8,10 @@
 
 pub mod daemon;
 pub mod device;
+pub mod history;
 mod manager;
+pub mod preload;
+pub mod startup;
 pub mod store;
 
 pub use manager::{
