@@ -180,7 +180,7 @@ fn root_deb_installs_triggers_upgrades_and_purges_cleanly() {
         "./usr/share/fish/vendor_completions.d/warmstart.fish",
         "./usr/share/doc/warmstart/copyright",
         "./usr/share/doc/warmstart/changelog.gz",
-        "./usr/share/doc/warmstart/daemon.md",
+        "./usr/share/doc/warmstart/guide/daemon.md",
     ] {
         assert!(list.contains(&format!(" {f}\n")), "{f} missing:\n{list}");
     }
