@@ -476,7 +476,7 @@ pub(super) fn evict_lru(shared: &Shared, store: &Store, max: u64) {
 }
 
 #[cfg(test)]
-pub(super) mod tests {
+pub(crate) mod tests {
     use super::*;
     use warmstart_plan::plan::PlanMeta;
 

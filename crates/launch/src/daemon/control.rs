@@ -550,11 +550,81 @@ pub(super) fn load_learn_list(store: &Store, log: &mut dyn Write) -> BTreeSet<St
             );
             BTreeSet::new()
         }),
-        Err(_) => BTreeSet::new(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeSet::new(),
+        // Unreadable is not empty: said, so that a learn list that
+        // seems lost has a reason.
+        Err(e) => {
+            let _ = writeln!(
+                log,
+                "warmstart daemon: {}: {e}; starting with an empty learn list",
+                p.display()
+            );
+            BTreeSet::new()
+        }
     }
 }
 
 fn save_learn_list(store: &Store, list: &BTreeSet<String>) -> Result<(), Error> {
     let json = serde_json::to_vec_pretty(list).expect("serializes");
     store::write_atomic(&learn_list_path(store), &json)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::daemon::cache::Cache;
+
+    #[test]
+    fn the_socket_directory_is_made_private_when_missing() {
+        let d = tempfile::tempdir().unwrap();
+        let socket = d.path().join("run/warmstart/warmstart.sock");
+        let _listener = bind_root_only(&socket).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(socket.parent().unwrap()), 0o700);
+        assert_eq!(mode(&socket), 0o600);
+        // An existing directory (`/run`) is left as it is.
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let _second = bind_root_only(&d.path().join("other.sock")).unwrap();
+        assert_eq!(mode(d.path()), 0o755);
+        assert_eq!(
+            DaemonConfig::default().socket,
+            Path::new(super::super::DEFAULT_SOCKET)
+        );
+    }
+
+    #[test]
+    fn an_unreadable_state_directory_is_reported_not_taken_for_empty() {
+        let d = tempfile::tempdir().unwrap();
+        let store = Store::open(d.path()).unwrap();
+        let shared = Shared::new(DaemonStatus::default(), BTreeSet::new(), Cache::default());
+        let (dcfg, cfg) = (DaemonConfig::default(), Config::default());
+        let forget_all = || {
+            handle(
+                Request::Forget {
+                    names: Vec::new(),
+                    all: true,
+                },
+                &shared,
+                &store,
+                &dcfg,
+                &cfg,
+            )
+        };
+        assert!(matches!(forget_all(), Reply::Forgot { forgotten, .. } if forgotten.is_empty()));
+        // Root reads any directory: a file where it belongs stands for
+        // one that cannot be read.
+        let profiles = d.path().join("profiles");
+        std::fs::remove_dir_all(&profiles).unwrap();
+        std::fs::write(&profiles, b"").unwrap();
+        match forget_all() {
+            Reply::Error { message } => assert!(message.contains("profiles"), "{message}"),
+            r => panic!("{r:?}"),
+        }
+        // The same for the learn list.
+        std::fs::create_dir(learn_list_path(&store)).unwrap();
+        let mut log = Vec::new();
+        assert!(load_learn_list(&store, &mut log).is_empty());
+        let log = String::from_utf8(log).unwrap();
+        assert!(log.contains("learn.json"), "{log}");
+    }
 }

@@ -510,3 +510,68 @@ fn status_counts_and_percentiles() {
         (0, 0, 0)
     );
 }
+
+#[test]
+fn a_plan_read_at_launch_is_read_at_normal_priority() {
+    use crate::daemon::cache::refresh;
+    use crate::daemon::cache::tests::{plan_of, profile_on_disk};
+    use crate::daemon::follow::decide;
+    let argv: Vec<String> = vec!["sleep".into(), "600".into()];
+    let name = profile_name(&argv);
+    // (plan memory budget, plan held in memory, the loop left real-time)
+    for (budget, in_memory, left_rt) in [(0, true, 0), (1, false, 1)] {
+        let mut h = harness(|_| {});
+        profile_on_disk(
+            &h.lp.store,
+            &name,
+            Phase::Prefetching,
+            Some(&plan_of(8).to_bytes()),
+        );
+        let cache = Cache::with_budget(budget);
+        refresh(&cache, &h.lp.store, &name, &mut std::io::sink());
+        assert_eq!(cache.get(&name).unwrap().plan.is_some(), in_memory);
+        let shared = Shared::new(DaemonStatus::default(), BTreeSet::new(), cache);
+        let (check, _) = std::sync::mpsc::channel();
+        let pid = h.process();
+        let ctx = Ctx {
+            dcfg: &h.lp.dcfg,
+            cfg: &h.lp.cfg,
+            store: &h.lp.store,
+            shared: &shared,
+            check: &check,
+            me: h.lp.me,
+        };
+        let mut calls = 0;
+        let decided = decide(
+            &ctx,
+            pid,
+            SLEEP,
+            Some(&argv),
+            &mut None,
+            monotonic_ns(),
+            &HashMap::new(),
+            0,
+            &mut || calls += 1,
+        );
+        let (d, _) = decided.expect("followed");
+        match &d.mode {
+            Mode::Prefetching { plan, .. } => assert_eq!(plan.entries.len(), 8),
+            Mode::Learning => panic!("budget {budget}: not prefetched"),
+        }
+        stop_replay(&d.mode);
+        assert_eq!(calls, left_rt, "budget {budget}");
+    }
+}
+
+#[test]
+fn programs_named_by_an_allow_glob_are_learned_however_small() {
+    let mut h = harness(|d| {
+        d.min_learn_ms = 10_000;
+        d.learn = LearnMode::AllowList;
+        d.allow = vec!["/usr/bin/true".into()];
+    });
+    let data = h.data_file("libc.so", 64);
+    h.launch(Path::new("/usr/bin/true"), &["true"], &data, 8, true);
+    assert_eq!(h.profiles().len(), 1);
+    assert_eq!(h.lp.status.trivial_programs, 0);
+}
