@@ -4,6 +4,7 @@
 //! fake in tests, so every decision here is tested without root.
 
 use std::collections::{HashMap, HashSet};
+use std::io::Write;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
@@ -499,10 +500,7 @@ impl<S: EventSource> Loop<S> {
                     Ok(Fate::Written) => evict_lru(&shared, &store, max),
                     Ok(Fate::Trivial | Fate::Forgotten) => {}
                     Err(e) => {
-                        let _ = std::io::Write::write_fmt(
-                            &mut err,
-                            format_args!("warmstart daemon: {e}\n"),
-                        );
+                        let _ = writeln!(err, "warmstart daemon: {e}");
                     }
                 }
             });
