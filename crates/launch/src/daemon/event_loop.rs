@@ -424,9 +424,13 @@ impl<S: EventSource> Loop<S> {
             let Some(s) = self.sessions.get_mut(&root) else {
                 continue;
             };
-            if let Event::Fork { child_tgid, .. } = ev {
-                self.owner.insert(child_tgid, root);
-                s.members.insert(child_tgid);
+            match ev {
+                Event::Fork { child_tgid, .. } => {
+                    self.owner.insert(child_tgid, root);
+                    s.members.insert(child_tgid);
+                }
+                Event::Exit { ts_ns, .. } => s.last_exit_ns = s.last_exit_ns.max(ts_ns),
+                _ => {}
             }
             if s.agg.take(&mut vec![ev]) {
                 s.last_io = Instant::now();

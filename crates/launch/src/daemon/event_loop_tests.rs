@@ -575,3 +575,24 @@ fn programs_named_by_an_allow_glob_are_learned_however_small() {
     assert_eq!(h.profiles().len(), 1);
     assert_eq!(h.lp.status.trivial_programs, 0);
 }
+
+#[test]
+fn a_launch_is_timed_by_the_kernels_clock_not_the_daemons() {
+    let mut h = harness(|d| {
+        d.min_learn_ms = 1000;
+        d.min_learn_kib = 4096;
+    });
+    let data = h.data_file("lib.so", 64);
+    // (ran for, by the kernel's exit time, ms; learned)
+    for (ms, learned) in [(5, false), (3000, true)] {
+        let exe = h.data_file(&format!("prog{ms}"), 4);
+        let pid = h.launch(&exe, &["prog"], &data, 8, false);
+        let exec_ns = h.lp.sessions[&pid].first_exec_ns;
+        h.step(vec![Event::Exit {
+            tgid: pid,
+            ts_ns: exec_ns + ms * 1_000_000,
+        }]);
+        h.lp.learners.wait_idle();
+        assert_eq!(h.profiles().len(), usize::from(learned), "{ms} ms");
+    }
+}

@@ -60,6 +60,11 @@ pub(super) struct Session {
     pub(super) members: HashSet<u32>,
     pub(super) mode: Mode,
     pub(super) exec_ts_ns: u64,
+    /// The kernel's times (monotonic ns) of the launch's first exec and
+    /// of the last exit of its processes seen so far: its duration, free
+    /// of how late the daemon heard of either.
+    pub(super) first_exec_ns: u64,
+    pub(super) last_exit_ns: u64,
     pub(super) started: Instant,
     pub(super) last_io: Instant,
 }
@@ -409,6 +414,17 @@ impl Mode {
 }
 
 impl Session {
+    /// How long the launch ran: from its first exec to its tree's last
+    /// exit by the kernel's clock once the tree has exited, else until
+    /// now.
+    pub(super) fn duration_ns(&self) -> u64 {
+        if self.agg.tree_done() && self.last_exit_ns > self.first_exec_ns {
+            self.last_exit_ns - self.first_exec_ns
+        } else {
+            self.started.elapsed().as_nanos() as u64
+        }
+    }
+
     /// Whether the launch's pages are being recorded (learning, or an
     /// audited prefetched launch).
     pub(super) fn recorded(&self) -> bool {
@@ -434,6 +450,8 @@ pub(super) fn new_session(tgid: u32, d: Decision, exec_ts_ns: u64) -> Session {
         agg: Aggregator::new(Path::new("/"), tgid).already_execed(),
         members: HashSet::from([tgid]),
         exec_ts_ns,
+        first_exec_ns: exec_ts_ns,
+        last_exit_ns: 0,
         started: Instant::now(),
         last_io: Instant::now(),
     }

@@ -54,6 +54,7 @@ pub(super) enum Outcome {
 /// Stops the launch's replay and builds its trace: every blocking step of
 /// finishing that concerns the launch's own files, done without any lock.
 pub(super) fn name_launch(s: Session, drops: u64) -> Finished {
+    let duration_ns = s.duration_ns();
     let outcome = match s.mode {
         Mode::Learning => Outcome::Learning,
         Mode::Prefetching {
@@ -93,7 +94,7 @@ pub(super) fn name_launch(s: Session, drops: u64) -> Finished {
     };
     let stats = TraceStats {
         drops,
-        duration_ns: s.started.elapsed().as_nanos() as u64,
+        duration_ns,
         ..Default::default()
     };
     Finished {
