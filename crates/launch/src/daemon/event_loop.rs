@@ -357,8 +357,14 @@ impl<S: EventSource> Loop<S> {
                     stop_replay(&d.mode);
                 } else {
                     stop_replay(&s.mode);
-                    (s.name, s.argv, s.key, s.listed, s.mode, s.exec_ts_ns) =
-                        (d.name, d.argv, d.key, d.listed, d.mode, ts_ns);
+                    (
+                        s.name,
+                        s.argv,
+                        s.trivial_key,
+                        s.listed,
+                        s.mode,
+                        s.exec_ts_ns,
+                    ) = (d.name, d.argv, d.trivial_key, d.listed, d.mode, ts_ns);
                     if !s.recorded() {
                         for m in &s.members {
                             self.src.track(*m, false);

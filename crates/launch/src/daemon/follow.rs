@@ -15,7 +15,7 @@ use warmstart_replay::{monotonic_ns, Backend as _, Engine, RealBackend, Report};
 use super::cache::{Cache, Check};
 use super::config::DaemonConfig;
 use super::control::SessionStatus;
-use super::policy::{is_service, launch_key, read_cmdline, Scripts};
+use super::policy::{is_service, launch_key, read_cmdline, trivial_key, Scripts};
 use super::tuning::{leave_realtime, spawn_here};
 use super::Shared;
 use crate::manager::{load_plan, profile_name, Config};
@@ -51,10 +51,10 @@ pub(super) enum Mode {
 pub(super) struct Session {
     pub(super) name: String,
     pub(super) argv: Vec<String>,
-    /// Its policy key, and whether the user named it (the learn list or
-    /// an allow glob) when it was decided: then it is learned even if
-    /// trivial.
-    pub(super) key: String,
+    /// What a trivial launch of it holds back ([`trivial_key`]), and
+    /// whether the user named it (the learn list or an allow glob) when it
+    /// was decided: then it is learned even if trivial.
+    pub(super) trivial_key: String,
     pub(super) listed: bool,
     pub(super) agg: Aggregator,
     pub(super) members: HashSet<u32>,
@@ -69,11 +69,11 @@ pub(super) struct Session {
     pub(super) last_io: Instant,
 }
 
-/// What a launch is: its profile name, command, policy key and mode.
+/// What a launch is: its profile name, command, trivial key and mode.
 pub(super) struct Decision {
     pub(super) name: String,
     pub(super) argv: Vec<String>,
-    pub(super) key: String,
+    pub(super) trivial_key: String,
     pub(super) listed: bool,
     pub(super) mode: Mode,
 }
@@ -144,7 +144,8 @@ pub(super) fn decide(
     let known = cache.get(&name);
     // A program found trivial is not recorded again for a while, unless
     // it has a profile or the user asked for it.
-    if known.is_none() && !listed && ctx.shared.trivial().holds(&key, Instant::now()) {
+    let trivial_key = trivial_key(exe, &argv, &key, &name);
+    if known.is_none() && !listed && ctx.shared.trivial().holds(&trivial_key, Instant::now()) {
         return None;
     }
     let audit = known.as_ref().is_none_or(|k| k.audit_due(cfg.nchk));
@@ -169,7 +170,7 @@ pub(super) fn decide(
     let decision = |mode| Decision {
         name: name.clone(),
         argv: argv.clone(),
-        key: key.clone(),
+        trivial_key: trivial_key.clone(),
         listed,
         mode,
     };
@@ -444,7 +445,7 @@ pub(super) fn new_session(tgid: u32, d: Decision, exec_ts_ns: u64) -> Session {
     Session {
         name: d.name,
         argv: d.argv,
-        key: d.key,
+        trivial_key: d.trivial_key,
         listed: d.listed,
         mode: d.mode,
         agg: Aggregator::new(Path::new("/"), tgid).already_execed(),

@@ -30,7 +30,7 @@ use crate::Error;
 pub(super) struct Finished {
     pub(super) name: String,
     pub(super) argv: Vec<String>,
-    pub(super) key: String,
+    pub(super) trivial_key: String,
     pub(super) listed: bool,
     pub(super) started: Instant,
     pub(super) trace: Trace,
@@ -101,7 +101,7 @@ pub(super) fn name_launch(s: Session, drops: u64) -> Finished {
         trace: s.agg.finish(meta, stats),
         name: s.name,
         argv: s.argv,
-        key: s.key,
+        trivial_key: s.trivial_key,
         listed: s.listed,
         started: s.started,
         outcome,
@@ -138,7 +138,7 @@ pub(super) fn finish(
         && !f.listed
         && !dcfg.worth_learning(&f.trace.stats)
     {
-        shared.trivial().mark(&f.key, Instant::now());
+        shared.trivial().mark(&f.trivial_key, Instant::now());
         return Ok(Fate::Trivial);
     }
     let forgotten = shared.profiles.lock().unwrap_or_else(|e| e.into_inner());

@@ -110,25 +110,40 @@ pub fn policy_path(exe: &str, argv: &[String], cwd: &Path) -> String {
     exe.to_string()
 }
 
-/// The script an interpreter runs (and whether the interpreter is java,
-/// whose "script" is a main class), if it runs one: not for `python3 -c
-/// CODE`, `-m module`, `sh -c`, `perl -e`.
-fn script_of<'a>(exe: &str, argv: &'a [String]) -> Option<(&'a str, bool)> {
+/// The base name of `exe` if it is an interpreter (of scripts, or of a
+/// main class for java).
+fn interpreter(exe: &str) -> Option<String> {
     let base = Path::new(exe)
         .file_name()
         .map(|b| b.to_string_lossy().into_owned())
         .unwrap_or_default();
     // /bin/sh is dash on Debian: the executable the kernel reports is dash.
-    let interpreter = [
+    [
         "python", "perl", "ruby", "node", "bash", "dash", "zsh", "sh", "java",
     ]
     .iter()
-    .any(|i| {
-        base == *i || base.starts_with(&format!("{i}3")) || base.starts_with(&format!("{i}."))
-    });
-    if !interpreter {
-        return None;
+    .any(|i| base == *i || base.starts_with(&format!("{i}3")) || base.starts_with(&format!("{i}.")))
+    .then_some(base)
+}
+
+/// What a trivial launch holds back ([`Trivial`]): the program (its
+/// policy key: every `grep` alike, whatever it searches), except for an
+/// interpreter running inline code (`sh -c`, `python3 -c`), whose
+/// launches have nothing in common but the interpreter: there, only the
+/// same command line (its profile `name`).
+pub(crate) fn trivial_key(exe: &str, argv: &[String], key: &str, name: &str) -> String {
+    if interpreter(exe).is_some() && script_of(exe, argv).is_none() {
+        name.to_string()
+    } else {
+        key.to_string()
     }
+}
+
+/// The script an interpreter runs (and whether the interpreter is java,
+/// whose "script" is a main class), if it runs one: not for `python3 -c
+/// CODE`, `-m module`, `sh -c`, `perl -e`.
+fn script_of<'a>(exe: &str, argv: &'a [String]) -> Option<(&'a str, bool)> {
+    let base = interpreter(exe)?;
     let java = base == "java";
     let first = argv.iter().skip(1).position(|a| !a.starts_with('-'))?;
     // No lookup of inline code as a file either: after a cache drop that
@@ -340,6 +355,40 @@ mod tests {
             ..Default::default()
         };
         assert!(all.worth_learning(&stats(0, 0, 0)), "0 learns everything");
+    }
+
+    #[test]
+    fn trivial_launches_hold_back_their_program_or_their_inline_code() {
+        // (exe, argv, policy key, held back)
+        let cases = [
+            (
+                "/usr/bin/grep",
+                v(&["grep", "x", "f"]),
+                "/usr/bin/grep",
+                "/usr/bin/grep",
+            ),
+            (
+                "/usr/bin/dash",
+                v(&["sh", "-c", "true"]),
+                "/usr/bin/dash",
+                "name",
+            ),
+            (
+                "/usr/bin/python3.11",
+                v(&["python3", "-c", "1"]),
+                "/usr/bin/python3.11",
+                "name",
+            ),
+            (
+                "/usr/bin/python3.11",
+                v(&["python3", "/opt/t.py"]),
+                "/opt/t.py",
+                "/opt/t.py",
+            ),
+        ];
+        for (exe, argv, key, want) in cases {
+            assert_eq!(trivial_key(exe, &argv, key, "name"), want, "{argv:?}");
+        }
     }
 
     #[test]
