@@ -15,7 +15,8 @@ pub mod startup;
 pub mod store;
 
 pub use manager::{
-    compile_traces, mark_relearn, profile_name, run, Config, LaunchReport, Strategy, StrategyChoice,
+    compile_traces, mark_relearn, profile_name, profile_name_for, run, Config, LaunchReport,
+    Strategy, StrategyChoice,
 };
 pub use store::{default_state_dir, Phase, Profile, Store};
 

@@ -506,7 +506,7 @@ pub struct StatusArgs {
     /// The state directory to list [default: the daemon's, else `state_dir` of the config for root, else the user's].
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
-    /// The daemon's control socket [default: `socket` of /etc/warmstart/config.toml, else /run/warmstart.sock].
+    /// The daemon's control socket [default: `socket` of /etc/warmstart/config.toml, else /run/warmstart/warmstart.sock].
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
     /// Print one JSON document: `{"daemon": STATUS or null, "profiles": [...]}`.
@@ -525,7 +525,7 @@ pub struct ForgetArgs {
     /// The state directory [default: the daemon's, else `state_dir` of the config for root, else the user's].
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
-    /// The daemon's control socket [default: `socket` of /etc/warmstart/config.toml, else /run/warmstart.sock].
+    /// The daemon's control socket [default: `socket` of /etc/warmstart/config.toml, else /run/warmstart/warmstart.sock].
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
 }
@@ -535,7 +535,7 @@ pub struct LearnArgs {
     /// Take PROGRAM off the daemon's learn list instead (its profiles stay).
     #[arg(long)]
     pub remove: bool,
-    /// The daemon's control socket [default: `socket` of /etc/warmstart/config.toml, else /run/warmstart.sock].
+    /// The daemon's control socket [default: `socket` of /etc/warmstart/config.toml, else /run/warmstart/warmstart.sock].
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
     /// The program (looked up in PATH) and its arguments.

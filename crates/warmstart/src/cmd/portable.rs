@@ -280,10 +280,7 @@ fn changed_files(plan: &Plan) -> Vec<&str> {
 pub fn changed(args: ChangedArgs, quiet: bool) -> Result<i32> {
     let (store, socket) = resolve(&args.state_dir, &args.socket)?;
     let mut errors = 0;
-    for name in store
-        .names()
-        .context("cannot read the state directory")?
-    {
+    for name in store.names().context("cannot read the state directory")? {
         let prof = match store.load(&name) {
             Ok(Some(p)) if p.phase == Phase::Prefetching => p,
             Ok(_) => continue,
