@@ -62,7 +62,7 @@ impl Fixture {
         let mnt = dir.path().join("mnt");
         fs::create_dir(&mnt).map_err(|e| e.to_string())?;
         File::create(&img)
-            .and_then(|f| f.set_len(256 << 20))
+            .and_then(|f| f.set_len(512 << 20))
             .map_err(|e| e.to_string())?;
         let img_s = img.to_str().unwrap();
         // ext4: no lazy inode-table initialisation, whose background
@@ -294,7 +294,7 @@ fn root_ext4_metadata_read_from_the_device_serves_the_lookups() {
     );
     fx.fill();
     fx.remount();
-    let size = 256u64 << 20;
+    let size = 512u64 << 20;
 
     // What the cold walk reads from the device, as `record` sees it: the
     // block layer's read requests (the page cache cannot tell: blocks read

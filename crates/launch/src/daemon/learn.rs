@@ -165,6 +165,8 @@ pub(super) fn finish(
             "warmstart daemon: {}: launch not kept (forgotten or reset while it ran)",
             f.name
         );
+        // Taking the lock made the directory again: gone if it is empty.
+        let _ = std::fs::remove_dir(store.dir(&f.name));
         return Ok(Fate::Forgotten);
     }
     record_launch(f, store, &shared.cache, cfg, log)?;
