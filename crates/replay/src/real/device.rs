@@ -46,23 +46,12 @@ impl RealBackend {
         }
         let mut last = None;
         for node in self.device_nodes(device) {
-            let checked = self.open_checked(&node, libc::O_NONBLOCK, |m| {
-                if m.file_type().is_block_device() && m.rdev() == device {
-                    Ok(())
-                } else {
-                    Err(ReplayError::Device {
-                        device,
-                        path: node.clone(),
-                        source: io::Error::new(
-                            io::ErrorKind::InvalidInput,
-                            "not that block device",
-                        ),
-                    })
-                }
-            });
-            let (mut file, _) = match checked {
-                Ok(f) => f,
-                Err(ReplayError::Open { path, source }) => {
+            let opened = self
+                .opener(warmstart_sys::OpenOptions::block_device(device))
+                .open(&node);
+            let mut file = match opened {
+                Ok(o) => o.file,
+                Err(warmstart_sys::Error::Open { path, source }) => {
                     last = Some(ReplayError::Device {
                         device,
                         path,
@@ -70,8 +59,13 @@ impl RealBackend {
                     });
                     continue;
                 }
+                // Another kind of file, or another device's node.
                 Err(e) => {
-                    last = Some(e);
+                    last = Some(ReplayError::Device {
+                        device,
+                        path: node.clone(),
+                        source: io::Error::new(io::ErrorKind::InvalidInput, e.to_string()),
+                    });
                     continue;
                 }
             };
