@@ -40,6 +40,12 @@ impl RealBackend {
         out
     }
 
+    /// The device's node under the kernel's name for it (`DEVFS/vda`, from
+    /// sysfs), for people to read; `None` where sysfs does not name it.
+    pub fn device_node(&self, device: u64) -> Option<PathBuf> {
+        self.device_nodes(device).into_iter().nth(1)
+    }
+
     pub(super) fn open_block_device(&self, device: u64) -> Result<RealHandle, ReplayError> {
         if let Some(e) = self.device_refused(device) {
             return Err(e);
@@ -239,6 +245,11 @@ mod tests {
                 root.path().join("dev/vda")
             ]
         );
+        assert_eq!(
+            b.device_node(libc::makedev(254, 0)),
+            Some(root.path().join("dev/vda"))
+        );
+        assert_eq!(b.device_node(libc::makedev(254, 1)), None);
     }
 
     #[test]
