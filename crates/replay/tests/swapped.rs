@@ -5,15 +5,16 @@
 //! needed. Each replay runs on a thread with a deadline so that a
 //! regression fails instead of hanging.
 
+mod common;
+
 use std::os::unix::fs::symlink;
 use std::path::Path;
 use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
-use warmstart_plan::plan::{PlanFile, PlanMeta};
 use warmstart_plan::trace::FileId;
-use warmstart_plan::{Entry, Plan};
+use warmstart_plan::Plan;
 use warmstart_replay::{replay, Options, RealBackend, Report, SkipReason};
 
 const HANG_GUARD: Duration = Duration::from_secs(10);
@@ -30,31 +31,16 @@ fn identity(p: &Path) -> FileId {
 }
 
 fn plan(files: &[(&Path, FileId)]) -> Plan {
-    Plan {
-        meta: PlanMeta {
-            command: vec!["swapped".into()],
-            created_unix_ms: 0,
-            traces: 1,
-            min_traces: 1,
-            passes: vec![],
-            sorted: false,
-        },
-        files: files
-            .iter()
-            .map(|(p, id)| PlanFile {
-                path: p.display().to_string(),
-                id: *id,
-            })
-            .collect(),
-        lookups: vec![],
-        entries: (0..files.len() as u32)
-            .map(|file| Entry::Data {
-                file,
-                offset: 0,
-                len: 8192,
-            })
-            .collect(),
-    }
+    let names: Vec<String> = files.iter().map(|(p, _)| p.display().to_string()).collect();
+    let files: Vec<(&str, FileId)> = names
+        .iter()
+        .zip(files)
+        .map(|(n, (_, id))| (n.as_str(), *id))
+        .collect();
+    let entries = (0..files.len() as u32)
+        .map(|file| common::data(file, 0, 8192))
+        .collect();
+    common::plan(&files, &[], entries)
 }
 
 fn replay_bounded(p: Plan) -> Report {

@@ -1,15 +1,18 @@
 //! `show` and `status` say which path a plan's metadata takes on this
-//! machine. No root needed: the plan's metadata is on a device that does
-//! not exist, so it cannot be opened whoever asks.
+//! machine. Most need no root: the plan's metadata is on a device that
+//! does not exist, so it cannot be opened whoever asks. The root test
+//! makes filesystems on loop devices root can open.
 
 mod util;
 
+use std::os::unix::fs::MetadataExt;
 use std::process::Command;
 
 use util::*;
 use warmstart_plan::plan::{PlanFile, PlanMeta};
 use warmstart_plan::trace::FileId;
 use warmstart_plan::{Entry, Plan};
+use warmstart_testing::{require_root, skip};
 
 /// A device number nothing uses: major 511 is not assigned.
 fn absent_device() -> u64 {
@@ -23,16 +26,8 @@ fn plan() -> Plan {
         offset,
         len,
     };
-    Plan {
-        meta: PlanMeta {
-            command: vec!["demo".into()],
-            created_unix_ms: 0,
-            traces: 1,
-            min_traces: 1,
-            passes: vec![],
-            sorted: false,
-        },
-        files: vec![PlanFile {
+    plan_of(
+        vec![PlanFile {
             path: "/nonexistent/demo".into(),
             id: FileId {
                 dev: 1,
@@ -42,8 +37,7 @@ fn plan() -> Plan {
                 ctime_ns: 4,
             },
         }],
-        lookups: vec![],
-        entries: vec![
+        vec![
             meta(1 << 20, 4096),
             Entry::Data {
                 file: 0,
@@ -52,6 +46,22 @@ fn plan() -> Plan {
             },
             meta(8 << 20, 8192),
         ],
+    )
+}
+
+fn plan_of(files: Vec<PlanFile>, entries: Vec<Entry>) -> Plan {
+    Plan {
+        meta: PlanMeta {
+            command: vec!["demo".into()],
+            created_unix_ms: 0,
+            traces: 1,
+            min_traces: 1,
+            passes: vec![],
+            sorted: false,
+        },
+        files,
+        lookups: vec![],
+        entries,
     }
 }
 
@@ -154,4 +164,52 @@ fn status_says_where_each_devices_metadata_goes() {
     );
     assert_eq!(devices[0]["planned"]["entries"], 4);
     assert_eq!(v["metadata"]["unreadable_plans"], serde_json::json!([]));
+}
+
+#[test]
+fn root_show_says_which_filesystems_metadata_is_read_from_the_device() {
+    let test = "root_show_says_which_filesystems_metadata_is_read_from_the_device";
+    if !require_root(test) {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    for (fs, want) in [
+        ("ext4", "device-read"),
+        ("xfs", "filesystem-unsupported"),
+        ("btrfs", "filesystem-unsupported"),
+    ] {
+        let mkfs = format!("/usr/sbin/mkfs.{fs}");
+        if !std::path::Path::new(&mkfs).exists() {
+            skip(test, &format!("no {mkfs}"));
+            continue;
+        }
+        let lfs = LoopFs::new(fs, 320);
+        let rdev = std::fs::metadata(&lfs.dev).unwrap().rdev();
+        let p = d.path().join(format!("{fs}.plan"));
+        let on_it = Entry::Meta {
+            device: rdev,
+            offset: 0,
+            len: 4096,
+        };
+        std::fs::write(&p, plan_of(vec![], vec![on_it]).to_bytes()).unwrap();
+        let v = show_json(&p);
+        let m = &v["metadata"][0];
+        assert_eq!(m["path"], want, "{fs}: {v}");
+        assert_eq!(m["fs_type"], fs, "{fs}: {m}");
+        assert_eq!(m["node"], lfs.dev.as_str(), "{fs}: {m}");
+        let summary = m["summary"].as_str().unwrap();
+        let expected = if want == "device-read" {
+            format!(
+                "metadata on {} ({fs}): read from the device at the start of the replay",
+                lfs.dev
+            )
+        } else {
+            format!(
+                "metadata on {} ({fs}): not read from the device ({fs} keeps its metadata \
+                 in a cache of its own): warmed by path lookups instead",
+                lfs.dev
+            )
+        };
+        assert_eq!(summary, expected);
+    }
 }
