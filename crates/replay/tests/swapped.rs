@@ -15,19 +15,12 @@ use std::time::Duration;
 
 use warmstart_plan::trace::FileId;
 use warmstart_plan::Plan;
-use warmstart_replay::{replay, Options, RealBackend, Report, SkipReason};
+use warmstart_replay::{file_id, replay, Options, RealBackend, Report, SkipReason};
 
 const HANG_GUARD: Duration = Duration::from_secs(10);
 
 fn identity(p: &Path) -> FileId {
-    let i = warmstart_sys::open(p).unwrap().identity;
-    FileId {
-        dev: i.dev,
-        ino: i.ino,
-        size: i.size,
-        mtime_ns: i.mtime_ns,
-        ctime_ns: i.ctime_ns,
-    }
+    file_id(&warmstart_sys::open(p).unwrap().identity)
 }
 
 fn plan(files: &[(&Path, FileId)]) -> Plan {

@@ -132,18 +132,11 @@ impl Backend for RealBackend {
             .open(path)
             .map_err(|e| file_error(path, e))?;
         advise_random(&opened.file);
-        let i = opened.identity;
-        let id = FileId {
-            dev: i.dev,
-            ino: i.ino,
-            size: i.size,
-            mtime_ns: i.mtime_ns,
-            ctime_ns: i.ctime_ns,
-        };
+        let id = file_id(&opened.identity);
         let h = RealHandle {
             file: opened.file,
             name: path.to_path_buf(),
-            size: i.size,
+            size: id.size,
         };
         Ok((h, id))
     }
@@ -257,6 +250,17 @@ impl Backend for RealBackend {
             prio,
             source: os_error(e),
         })
+    }
+}
+
+/// A plan's file identity from what `fstat` said (the same five fields).
+pub fn file_id(i: &warmstart_sys::FileIdentity) -> FileId {
+    FileId {
+        dev: i.dev,
+        ino: i.ino,
+        size: i.size,
+        mtime_ns: i.mtime_ns,
+        ctime_ns: i.ctime_ns,
     }
 }
 
