@@ -448,6 +448,7 @@ mod tests {
         }
         symlink("dir/f0", d.join("link")).unwrap();
         symlink("nowhere", d.join("dangling")).unwrap();
+        symlink("dir", d.join("dirlink")).unwrap();
         let b = RealBackend::new();
         let cases = [
             (NsOpKind::Stat, "dir/f1", LookupOutcome::Found),
@@ -465,6 +466,9 @@ mod tests {
             (NsOpKind::Exec, "dir/absent", LookupOutcome::NotFound),
             (NsOpKind::DirRead, "dir", LookupOutcome::Found),
             (NsOpKind::DirRead, "dir/f1", LookupOutcome::NotFound),
+            // Recorded paths are canonical: a symlink there is not followed.
+            (NsOpKind::DirRead, "dirlink", LookupOutcome::NotFound),
+            (NsOpKind::DirRead, "dir/absent", LookupOutcome::NotFound),
         ];
         for (kind, rel, want) in cases {
             let got = b.lookup(kind, &d.join(rel));

@@ -502,3 +502,60 @@ fn metadata_paths_of(p: &Plan) -> Option<MetadataPaths> {
         .any(|e| matches!(e, Entry::Meta { .. }))
         .then(|| MetadataPaths::of(p, &warmstart_replay::RealBackend::new()))
 }
+
+#[cfg(test)]
+mod metadata_tests {
+    use super::*;
+    use warmstart_replay::{Count, MetaDevice, MetaPath};
+
+    #[test]
+    fn one_line_per_metadata_path() {
+        let dev = |fs: Option<&str>, path| MetaDevice {
+            device: libc::makedev(254, 0),
+            name: "254:0".into(),
+            fs_type: fs.map(Into::into),
+            path,
+            planned: Count::default(),
+            ranges: 0,
+            requests: 0,
+            requested_bytes: 0,
+        };
+        let vda = Some(std::path::Path::new("/dev/vda"));
+        let refused =
+            "cannot open block device 254:0 (/dev/vda): Operation not permitted (os error 1)";
+        let cases = [
+            (
+                dev(Some("ext4"), MetaPath::NotOpenable { error: refused.into() }),
+                vda,
+                "metadata on /dev/vda (ext4): not openable (EPERM): warmed by path lookups instead",
+            ),
+            (
+                dev(Some("ext4"), MetaPath::DeviceRead),
+                None,
+                "metadata on 254:0 (ext4): read from the device at the start of the replay",
+            ),
+            (
+                dev(Some("btrfs"), MetaPath::FilesystemUnsupported { fs_type: "btrfs".into() }),
+                vda,
+                "metadata on /dev/vda (btrfs): not read from the device (btrfs keeps its \
+                 metadata in a cache of its own): warmed by path lookups instead",
+            ),
+            (
+                dev(None, MetaPath::NotOpenable {
+                    error: "cannot open block device 254:0 (/dev/vda): /dev/vda is a character device, not a block device".into(),
+                }),
+                vda,
+                "metadata on /dev/vda (no filesystem mounted): not openable (/dev/vda is a \
+                 character device, not a block device): warmed by path lookups instead",
+            ),
+        ];
+        for (d, node, want) in cases {
+            assert_eq!(metadata_line(&d, node), want);
+        }
+        assert_eq!(errno_of("x (os error 13)"), "EACCES");
+        assert_eq!(
+            errno_of("x (os error 7)"),
+            "Argument list too long (os error 7)"
+        );
+    }
+}
