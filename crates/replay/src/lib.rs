@@ -35,7 +35,7 @@ pub use engine::{
 };
 pub use error::{dev_name, ReplayError};
 pub use mock::MockBackend;
-pub use real::{parse_meminfo, read_ahead_bytes, unusable_cpus, RealBackend, RealHandle};
+pub use real::{file_id, parse_meminfo, read_ahead_bytes, unusable_cpus, RealBackend, RealHandle};
 pub use report::{
     Count, IdField, LookupCounts, MemoryReport, MetaDevice, MetaPath, Report, SkipReason,
     SkippedDevice, SkippedFile, Timings, WaitReport,

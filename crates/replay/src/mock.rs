@@ -278,6 +278,7 @@ impl Backend for MockBackend {
             Some(FileSpec::Fails(errno)) => Err(fail(*errno)),
             Some(FileSpec::NotRegular) => Err(ReplayError::NotRegular {
                 path: path.to_path_buf(),
+                found: "FIFO".into(),
             }),
             None => Err(fail(libc::ENOENT)),
         }

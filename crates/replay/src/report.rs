@@ -65,8 +65,12 @@ pub enum SkipReason {
         planned: FileId,
         found: FileId,
     },
-    /// The path now names a directory, device, FIFO or socket.
-    NotRegular,
+    /// The path now names a symlink, directory, device, FIFO or socket
+    /// (`found`), which was not opened for reading.
+    NotRegular {
+        #[serde(default)]
+        found: String,
+    },
     /// Opening failed for another reason (permissions, descriptor limit).
     OpenFailed { error: String },
 }
@@ -79,7 +83,10 @@ impl fmt::Display for SkipReason {
                 let names: Vec<&str> = fields.iter().map(|x| x.name()).collect();
                 write!(f, "changed ({})", names.join(", "))
             }
-            SkipReason::NotRegular => f.write_str("not a regular file"),
+            SkipReason::NotRegular { found } if found.is_empty() => {
+                f.write_str("not a regular file")
+            }
+            SkipReason::NotRegular { found } => write!(f, "not a regular file ({found})"),
             SkipReason::OpenFailed { error } => write!(f, "open failed: {error}"),
         }
     }

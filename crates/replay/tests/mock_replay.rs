@@ -103,7 +103,7 @@ fn skip_reasons_table() {
             "open failed: cannot open /denied: Permission denied (os error 13)",
         ),
         ("/gone-dir/x", "missing"),
-        ("/fifo", "not a regular file"),
+        ("/fifo", "not a regular file (FIFO)"),
     ];
     let want: Vec<(String, String)> = want
         .iter()

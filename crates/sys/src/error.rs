@@ -57,6 +57,9 @@ pub enum Error {
     /// ioprio_set or ioprio_get failed.
     #[error("I/O priority {prio}: {source}")]
     IoPriority { prio: String, source: io::Error },
+    /// sched_getaffinity or sched_setaffinity failed.
+    #[error("cannot confine the thread to CPUs {cpus}: {source}")]
+    Affinity { cpus: String, source: io::Error },
     /// setpriority refused the nice value.
     #[error("cannot set nice {nice}: {source}")]
     Nice { nice: i32, source: io::Error },

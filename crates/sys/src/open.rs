@@ -48,6 +48,10 @@ pub struct Opened {
     pub identity: FileIdentity,
     pub kind: FileKind,
     pub metadata: std::fs::Metadata,
+    /// Whether the file was opened with `O_NOATIME`: asked for with
+    /// [`OpenOptions::noatime`] and allowed. Reading a directory opened
+    /// without it updates its access time.
+    pub noatime: bool,
 }
 
 impl OpenOptions {
@@ -181,15 +185,15 @@ impl OpenOptions {
                 .custom_flags(flags)
                 .open(&via)
         };
-        let file = if self.noatime {
+        let (file, noatime) = if self.noatime {
             match reopen(flags | libc::O_NOATIME) {
-                Err(e) if e.raw_os_error() == Some(libc::EPERM) => reopen(flags),
-                r => r,
+                Err(e) if e.raw_os_error() == Some(libc::EPERM) => (reopen(flags), false),
+                r => (r, true),
             }
         } else {
-            reopen(flags)
-        }
-        .map_err(open_err)?;
+            (reopen(flags), false)
+        };
+        let file = file.map_err(open_err)?;
         // The reopen went through procfs: make sure it reached the inode
         // checked above and not whatever a different procfs put there.
         let (found, _, metadata) = FileIdentity::of_fd(&file).map_err(stat_err)?;
@@ -205,6 +209,7 @@ impl OpenOptions {
             identity: found,
             kind,
             metadata,
+            noatime,
         })
     }
 
@@ -272,17 +277,20 @@ mod tests {
         std::fs::write(&p, b"hello").unwrap();
         let mut o = open(&p).unwrap();
         assert_eq!(o.kind, FileKind::Regular);
+        assert!(!o.noatime, "not asked for");
         assert_eq!(o.identity.size, 5);
         let mut s = String::new();
         o.file.read_to_string(&mut s).unwrap();
         assert_eq!(s, "hello");
         // With the identity it had: still opens.
         let id = o.identity;
-        OpenOptions::file()
+        let o = OpenOptions::file()
             .expect(id, Match::Unchanged)
             .noatime(true)
             .open(&p)
             .unwrap();
+        // The owner may always use O_NOATIME.
+        assert!(o.noatime);
     }
 
     #[test]

@@ -77,15 +77,14 @@ pub fn page_size() -> u64 {
 }
 
 /// The pages [first, last) covering `len` bytes at `offset`, clipped to
-/// the file's size; None when nothing of the range is in the file.
-fn page_span(file: &File, offset: u64, len: u64) -> io::Result<Option<(u64, u64, u64)>> {
-    let size = file.metadata()?.len();
+/// `size`; None when nothing of the range is below it.
+fn page_span(size: u64, offset: u64, len: u64) -> Option<(u64, u64, u64)> {
     let page = page_size();
     let end = offset.saturating_add(len).min(size);
     if offset >= end {
-        return Ok(None);
+        return None;
     }
-    Ok(Some((offset / page, end.div_ceil(page), page)))
+    Some((offset / page, end.div_ceil(page), page))
 }
 
 /// mincore's vector for `n` pages from page `first`: one byte per page,
@@ -126,7 +125,14 @@ fn mincore_window(file: &File, first: u64, n: u64, page: u64) -> io::Result<Vec<
 
 /// Up-to-date pages of the range, by `mincore`.
 pub fn resident(file: &File, offset: u64, len: u64) -> io::Result<PageCount> {
-    let Some((first, last, page)) = page_span(file, offset, len)? else {
+    resident_in(file, file.metadata()?.len(), offset, len)
+}
+
+/// [`resident`] of a file or block device whose end the caller knows:
+/// `size` clips the range (a block device's `st_size` is 0, and a caller
+/// asking many times saves an `fstat` each).
+pub fn resident_in(file: &File, size: u64, offset: u64, len: u64) -> io::Result<PageCount> {
+    let Some((first, last, page)) = page_span(size, offset, len) else {
         return Ok(PageCount::default());
     };
     let mut resident = 0;
@@ -178,7 +184,18 @@ pub fn cached(file: &File, offset: u64, len: u64) -> io::Result<Option<PageCount
     if CACHESTAT.load(Ordering::Relaxed) == ABSENT {
         return Ok(None);
     }
-    let Some((first, last, page)) = page_span(file, offset, len)? else {
+    cached_in(file, file.metadata()?.len(), offset, len)
+}
+
+/// [`cached`] of a file or block device whose end the caller knows (see
+/// [`resident_in`]). An error is what the kernel refused: `EPERM` means the
+/// caller could not write the file, where [`resident_in`] would claim every
+/// page resident.
+pub fn cached_in(file: &File, size: u64, offset: u64, len: u64) -> io::Result<Option<PageCount>> {
+    if CACHESTAT.load(Ordering::Relaxed) == ABSENT {
+        return Ok(None);
+    }
+    let Some((first, last, page)) = page_span(size, offset, len) else {
         return Ok(Some(PageCount::default()));
     };
     let range = CachestatRange {
@@ -253,6 +270,20 @@ mod tests {
         let tail = resident(&f, 64 * 1024 - page, 1 << 20).unwrap();
         assert_eq!(tail.pages, 1);
         assert_eq!(resident(&f, 1 << 20, 4096).unwrap(), PageCount::default());
+        // Clipped where the caller says the file ends (a block device's
+        // st_size is 0, so its caller passes the device's size).
+        let two = PageCount {
+            resident: 2,
+            pages: 2,
+        };
+        assert_eq!(resident_in(&f, 2 * page, 0, u64::MAX).unwrap(), two);
+        assert_eq!(
+            resident_in(&f, 0, 0, u64::MAX).unwrap(),
+            PageCount::default()
+        );
+        if let Some(c) = cached_in(&f, 2 * page - 1, 0, u64::MAX).unwrap() {
+            assert_eq!(c, two);
+        }
         // cachestat agrees where it exists.
         let c = cached_or_resident(&f, 0, u64::MAX).unwrap();
         assert_eq!(c, all);

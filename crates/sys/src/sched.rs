@@ -229,6 +229,53 @@ pub fn leave_realtime() -> Result<bool, Error> {
     Ok(true)
 }
 
+/// The CPUs the calling thread may run on, in ascending order.
+pub fn thread_cpus() -> Result<Vec<usize>, Error> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; the kernel writes
+    // at most its size; pid 0 is the calling thread.
+    let set = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Err(Error::Affinity {
+                cpus: "(get)".into(),
+                source: io::Error::last_os_error(),
+            });
+        }
+        set
+    };
+    // SAFETY: CPU_ISSET reads the set; every index is below CPU_SETSIZE.
+    Ok((0..libc::CPU_SETSIZE as usize)
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect())
+}
+
+/// Confines the calling thread to `cpus`.
+pub fn set_thread_cpus(cpus: &[usize]) -> Result<(), Error> {
+    let fail = |source| {
+        let names: Vec<String> = cpus.iter().map(ToString::to_string).collect();
+        Error::Affinity {
+            cpus: names.join(","),
+            source,
+        }
+    };
+    if cpus.iter().any(|&c| c >= libc::CPU_SETSIZE as usize) {
+        return Err(fail(io::Error::from_raw_os_error(libc::EINVAL)));
+    }
+    // SAFETY: a zeroed cpu_set_t is a valid empty set and every index is
+    // below CPU_SETSIZE; pid 0 is the calling thread.
+    let r = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for &c in cpus {
+            libc::CPU_SET(c, &mut set);
+        }
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    if r != 0 {
+        return Err(fail(io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
 /// Sets the calling thread's nice value (-20..=19; lowering it needs
 /// CAP_SYS_NICE).
 pub fn set_nice(nice: i32) -> Result<(), Error> {
@@ -313,6 +360,23 @@ mod tests {
                 assert_eq!(policy().unwrap(), Policy::Normal);
             }
         });
+    }
+
+    #[test]
+    fn affinity_is_per_thread() {
+        let all = thread_cpus().unwrap();
+        assert!(!all.is_empty());
+        let last = *all.last().unwrap();
+        on_own_thread(move || {
+            set_thread_cpus(&[last]).unwrap();
+            assert_eq!(thread_cpus().unwrap(), vec![last]);
+            let e = set_thread_cpus(&[0, libc::CPU_SETSIZE as usize]).unwrap_err();
+            assert!(
+                matches!(&e, Error::Affinity { source, .. } if source.raw_os_error() == Some(libc::EINVAL)),
+                "{e}"
+            );
+        });
+        assert_eq!(thread_cpus().unwrap(), all);
     }
 
     #[test]

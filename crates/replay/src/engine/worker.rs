@@ -440,7 +440,9 @@ fn skip_reason(e: &ReplayError) -> SkipReason {
         {
             SkipReason::Missing
         }
-        ReplayError::NotRegular { .. } => SkipReason::NotRegular,
+        ReplayError::NotRegular { found, .. } => SkipReason::NotRegular {
+            found: found.clone(),
+        },
         other => SkipReason::OpenFailed {
             error: other.to_string(),
         },

@@ -40,29 +40,24 @@ impl RealBackend {
         out
     }
 
+    /// The device's node under the kernel's name for it (`DEVFS/vda`, from
+    /// sysfs), for people to read; `None` where sysfs does not name it.
+    pub fn device_node(&self, device: u64) -> Option<PathBuf> {
+        self.device_nodes(device).into_iter().nth(1)
+    }
+
     pub(super) fn open_block_device(&self, device: u64) -> Result<RealHandle, ReplayError> {
         if let Some(e) = self.device_refused(device) {
             return Err(e);
         }
         let mut last = None;
         for node in self.device_nodes(device) {
-            let checked = self.open_checked(&node, libc::O_NONBLOCK, |m| {
-                if m.file_type().is_block_device() && m.rdev() == device {
-                    Ok(())
-                } else {
-                    Err(ReplayError::Device {
-                        device,
-                        path: node.clone(),
-                        source: io::Error::new(
-                            io::ErrorKind::InvalidInput,
-                            "not that block device",
-                        ),
-                    })
-                }
-            });
-            let (mut file, _) = match checked {
-                Ok(f) => f,
-                Err(ReplayError::Open { path, source }) => {
+            let opened = self
+                .opener(warmstart_sys::OpenOptions::block_device(device))
+                .open(&node);
+            let mut file = match opened {
+                Ok(o) => o.file,
+                Err(warmstart_sys::Error::Open { path, source }) => {
                     last = Some(ReplayError::Device {
                         device,
                         path,
@@ -70,8 +65,13 @@ impl RealBackend {
                     });
                     continue;
                 }
+                // Another kind of file, or another device's node.
                 Err(e) => {
-                    last = Some(e);
+                    last = Some(ReplayError::Device {
+                        device,
+                        path: node.clone(),
+                        source: io::Error::new(io::ErrorKind::InvalidInput, e.to_string()),
+                    });
                     continue;
                 }
             };
@@ -245,6 +245,11 @@ mod tests {
                 root.path().join("dev/vda")
             ]
         );
+        assert_eq!(
+            b.device_node(libc::makedev(254, 0)),
+            Some(root.path().join("dev/vda"))
+        );
+        assert_eq!(b.device_node(libc::makedev(254, 1)), None);
     }
 
     #[test]

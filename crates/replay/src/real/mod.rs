@@ -1,12 +1,12 @@
 //! The real [`Backend`]: a thin layer of Linux syscalls.
 //!
 //! Choices that matter for "do no harm":
-//! - Plan paths are first opened with `O_PATH`, which walks the path and
-//!   reads the inode but opens nothing: if a path now names a device node or
-//!   a FIFO, opening it for reading could block or have side effects (a
-//!   watchdog starts, a tape rewinds). Only after `fstat` shows the expected
-//!   kind of file is it reopened for reading through `/proc/self/fd`, which
-//!   reopens that very inode, so nothing can be swapped in between.
+//! - Plan paths are opened through [`warmstart_sys::OpenOptions`]: `O_PATH`
+//!   without following a final symlink (recorded paths are canonical, so a
+//!   symlink there is a swap), `fstat`, and only for a regular file (or the
+//!   expected block device) a reopen of that very inode through
+//!   `PROCFS/self/fd`. A path that now names a FIFO or a device is never
+//!   opened for reading, so it can neither block nor have side effects.
 //! - Files are read with `O_NOATIME`, so prefetching never writes an access
 //!   time; `posix_fadvise(WILLNEED)` does not update atime anyway, and
 //!   directories are only listed where `O_NOATIME` is allowed.
@@ -19,22 +19,21 @@
 
 mod device;
 mod residency;
-mod sched;
 
 pub use device::read_ahead_bytes;
-use residency::CACHESTAT_UNKNOWN;
 
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicU8;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use warmstart_plan::trace::{FileId, NsOpKind};
+use warmstart_sys::sched::{self, Policy};
+use warmstart_sys::{fadvise, FileKind};
 
 use crate::backend::{Backend, IoPriority, LookupOutcome, MemInfo, Residency};
 use crate::ReplayError;
@@ -56,7 +55,6 @@ pub struct RealBackend {
     sysfs: PathBuf,
     procfs: PathBuf,
     devfs: PathBuf,
-    cachestat: AtomicU8,
     memo: Mutex<DeviceMemo>,
 }
 
@@ -114,37 +112,14 @@ impl RealBackend {
             sysfs: sysfs.into(),
             procfs: procfs.into(),
             devfs: devfs.into(),
-            cachestat: AtomicU8::new(CACHESTAT_UNKNOWN),
             memo: Mutex::new(DeviceMemo::default()),
         }
     }
 
-    /// Opens `path` with `O_PATH` (no side effects, not even on device
-    /// nodes), lets `check` judge its metadata, then reopens that same inode
-    /// read-only through procfs.
-    fn open_checked(
-        &self,
-        path: &Path,
-        extra_flags: libc::c_int,
-        check: impl FnOnce(&fs::Metadata) -> Result<(), ReplayError>,
-    ) -> Result<(File, fs::Metadata), ReplayError> {
-        let open_err = |source| ReplayError::Open {
-            path: path.to_path_buf(),
-            source,
-        };
-        let opath = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_PATH)
-            .open(path)
-            .map_err(open_err)?;
-        let meta = opath.metadata().map_err(open_err)?;
-        check(&meta)?;
-        let via = self
-            .procfs
-            .join("self/fd")
-            .join(opath.as_raw_fd().to_string());
-        let file = open_noatime(&via, extra_flags | libc::O_NOCTTY).map_err(open_err)?;
-        Ok((file, meta))
+    /// How plan files and devices are opened: read-only, `O_NOATIME` where
+    /// allowed, reopened through this backend's procfs.
+    fn opener(&self, how: warmstart_sys::OpenOptions) -> warmstart_sys::OpenOptions {
+        how.noatime(true).proc_fd(self.procfs.join("self/fd"))
     }
 }
 
@@ -152,27 +127,16 @@ impl Backend for RealBackend {
     type Handle = RealHandle;
 
     fn open_file(&self, path: &Path) -> Result<(RealHandle, FileId), ReplayError> {
-        let (file, meta) = self.open_checked(path, 0, |m| {
-            if m.file_type().is_file() {
-                Ok(())
-            } else {
-                Err(ReplayError::NotRegular {
-                    path: path.to_path_buf(),
-                })
-            }
-        })?;
-        advise_random(&file);
-        let id = FileId {
-            dev: meta.dev(),
-            ino: meta.ino(),
-            size: meta.size(),
-            mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
-            ctime_ns: meta.ctime() * 1_000_000_000 + meta.ctime_nsec(),
-        };
+        let opened = self
+            .opener(warmstart_sys::OpenOptions::file())
+            .open(path)
+            .map_err(|e| file_error(path, e))?;
+        advise_random(&opened.file);
+        let id = file_id(&opened.identity);
         let h = RealHandle {
-            file,
+            file: opened.file,
             name: path.to_path_buf(),
-            size: meta.size(),
+            size: id.size,
         };
         Ok((h, id))
     }
@@ -185,23 +149,12 @@ impl Backend for RealBackend {
     }
 
     fn prefetch(&self, h: &RealHandle, offset: u64, len: u64) -> Result<(), ReplayError> {
-        let err = |source| ReplayError::Prefetch {
+        fadvise::willneed(&h.file, offset, len).map_err(|source| ReplayError::Prefetch {
             path: h.name.clone(),
             offset,
             len,
             source,
-        };
-        let overflow = || err(io::Error::from_raw_os_error(libc::EOVERFLOW));
-        let off = libc::off_t::try_from(offset).map_err(|_| overflow())?;
-        let n = libc::off_t::try_from(len).map_err(|_| overflow())?;
-        // SAFETY: plain syscall on a descriptor `h` keeps open; no memory is
-        // passed.
-        let r =
-            unsafe { libc::posix_fadvise(h.file.as_raw_fd(), off, n, libc::POSIX_FADV_WILLNEED) };
-        if r != 0 {
-            return Err(err(io::Error::from_raw_os_error(r)));
-        }
-        Ok(())
+        })
     }
 
     fn lookup(&self, kind: NsOpKind, path: &Path) -> Result<LookupOutcome, ReplayError> {
@@ -230,7 +183,7 @@ impl Backend for RealBackend {
                 .custom_flags(libc::O_PATH)
                 .open(path)
                 .map(|_| LookupOutcome::Found),
-            NsOpKind::DirRead => read_dir_noatime(path),
+            NsOpKind::DirRead => read_dir_noatime(&self.procfs, path),
         })
     }
 
@@ -273,61 +226,110 @@ impl Backend for RealBackend {
         self.pages_in_cache(h, offset, len, false)
     }
     fn thread_cpus(&self) -> Result<Vec<usize>, ReplayError> {
-        sched::thread_cpus()
+        sched::thread_cpus().map_err(|e| affinity_error("(reading the current ones)".into(), e))
     }
 
     fn set_thread_cpus(&self, cpus: &[usize]) -> Result<(), ReplayError> {
         sched::set_thread_cpus(cpus)
+            .map_err(|e| affinity_error(crate::ReplayCpus::List(cpus.to_vec()).to_string(), e))
     }
 
     fn leave_realtime(&self) {
-        sched::leave_realtime()
+        // A failure leaves the thread as it was: still able to replay.
+        let _ = sched::leave_realtime();
     }
 
     fn run_when_idle(&self) -> Result<(), ReplayError> {
-        sched::run_when_idle()
+        sched::set_policy(Policy::Idle).map_err(|e| ReplayError::IdlePriority {
+            source: os_error(e),
+        })
     }
 
     fn set_io_priority(&self, prio: IoPriority) -> Result<(), ReplayError> {
-        sched::set_io_priority(prio)
+        sched::set_io_priority(prio.into()).map_err(|e| ReplayError::IoPriority {
+            prio,
+            source: os_error(e),
+        })
     }
 }
 
-/// Opens `path` read-only with `O_NOATIME`, or without it where the kernel
-/// refuses (`EPERM`: not the owner, no `CAP_FOWNER`). Reading through
-/// `posix_fadvise` never touches atime, so the fallback is harmless for
-/// files; directories do not use it (see [`read_dir_noatime`]).
-fn open_noatime(path: &Path, flags: libc::c_int) -> io::Result<File> {
-    let open = |f| OpenOptions::new().read(true).custom_flags(f).open(path);
-    match open(flags | libc::O_NOATIME) {
-        Err(e) if e.raw_os_error() == Some(libc::EPERM) => open(flags),
-        r => r,
+/// A plan's file identity from what `fstat` said (the same five fields).
+pub fn file_id(i: &warmstart_sys::FileIdentity) -> FileId {
+    FileId {
+        dev: i.dev,
+        ino: i.ino,
+        size: i.size,
+        mtime_ns: i.mtime_ns,
+        ctime_ns: i.ctime_ns,
+    }
+}
+
+/// The system error behind an OS-layer error, for the replay's own
+/// variants (which name the path or value themselves).
+fn os_error(e: warmstart_sys::Error) -> io::Error {
+    use warmstart_sys::Error as E;
+    match e {
+        E::Open { source, .. }
+        | E::Stat { source, .. }
+        | E::Fiemap { source, .. }
+        | E::Residency { source, .. }
+        | E::Fadvise { source, .. }
+        | E::Scheduler { source, .. }
+        | E::IoPriority { source, .. }
+        | E::Affinity { source, .. }
+        | E::Nice { source, .. } => source,
+        other => io::Error::new(io::ErrorKind::InvalidInput, other.to_string()),
+    }
+}
+
+fn affinity_error(cpus: String, e: warmstart_sys::Error) -> ReplayError {
+    ReplayError::Affinity {
+        cpus,
+        source: os_error(e),
+    }
+}
+
+/// Why a plan file could not be opened, as the engine sorts it into skip
+/// reasons: missing, not a regular file (with what it is now), or failed.
+fn file_error(path: &Path, e: warmstart_sys::Error) -> ReplayError {
+    match e {
+        warmstart_sys::Error::WrongKind { found, .. } => ReplayError::NotRegular {
+            path: path.to_path_buf(),
+            found: found.to_string(),
+        },
+        other => ReplayError::Open {
+            path: path.to_path_buf(),
+            source: os_error(other),
+        },
     }
 }
 
 /// Tells the kernel not to read ahead around our requests on this
-/// descriptor: we ask for exactly what the plan says.
+/// descriptor: we ask for exactly what the plan says. A failure only means
+/// the kernel may read a little more than asked.
 fn advise_random(file: &File) {
-    // SAFETY: plain syscall on an open descriptor; no memory is passed.
-    // A failure only means the kernel may read a little more than asked.
-    unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
+    let _ = fadvise::random(file);
 }
 
 /// Lists a directory with getdents64 so its blocks enter the cache, as the
 /// application's readdir did. Listing updates the directory's atime unless
-/// opened with `O_NOATIME`; where that is refused, only stat it.
-fn read_dir_noatime(path: &Path) -> io::Result<LookupOutcome> {
-    let open = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECTORY | libc::O_NOATIME)
+/// opened with `O_NOATIME`; where that is refused (not the owner, no
+/// `CAP_FOWNER`), the open has walked the path and read the inode, as a
+/// stat would, and the listing is left out. A final symlink is not
+/// followed (recorded paths are canonical): what is not a directory now
+/// reads as absent, as `ENOTDIR` did.
+fn read_dir_noatime(procfs: &Path, path: &Path) -> io::Result<LookupOutcome> {
+    let opened = warmstart_sys::OpenOptions::directory()
+        .noatime(true)
+        .proc_fd(procfs.join("self/fd"))
         .open(path);
-    let dir = match open {
-        Ok(d) => d,
-        Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
-            fs::metadata(path)?;
-            return Ok(LookupOutcome::StatOnly);
+    let dir = match opened {
+        Ok(o) if o.noatime => o.file,
+        Ok(_) => return Ok(LookupOutcome::StatOnly),
+        Err(warmstart_sys::Error::WrongKind { found, .. }) if found != FileKind::Directory => {
+            return Ok(LookupOutcome::NotFound)
         }
-        Err(e) => return Err(e),
+        Err(e) => return Err(os_error(e)),
     };
     let mut buf = vec![0u8; 32 * 1024];
     loop {
@@ -351,12 +353,6 @@ fn read_dir_noatime(path: &Path) -> io::Result<LookupOutcome> {
 
 fn is_absent(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ENOTDIR)
-}
-
-fn page_size() -> u64 {
-    // SAFETY: sysconf has no memory-safety preconditions.
-    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    u64::try_from(p).ok().filter(|&p| p > 0).unwrap_or(4096)
 }
 
 /// Reads a procfs file in one `read` where it fits in 8 KiB. procfs files
@@ -420,7 +416,7 @@ pub fn unusable_cpus(cpus: &crate::ReplayCpus) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::symlink;
+    use std::os::unix::fs::{symlink, MetadataExt};
 
     #[test]
     fn meminfo_parsing() {
@@ -452,6 +448,7 @@ mod tests {
         }
         symlink("dir/f0", d.join("link")).unwrap();
         symlink("nowhere", d.join("dangling")).unwrap();
+        symlink("dir", d.join("dirlink")).unwrap();
         let b = RealBackend::new();
         let cases = [
             (NsOpKind::Stat, "dir/f1", LookupOutcome::Found),
@@ -469,6 +466,9 @@ mod tests {
             (NsOpKind::Exec, "dir/absent", LookupOutcome::NotFound),
             (NsOpKind::DirRead, "dir", LookupOutcome::Found),
             (NsOpKind::DirRead, "dir/f1", LookupOutcome::NotFound),
+            // Recorded paths are canonical: a symlink there is not followed.
+            (NsOpKind::DirRead, "dirlink", LookupOutcome::NotFound),
+            (NsOpKind::DirRead, "dir/absent", LookupOutcome::NotFound),
         ];
         for (kind, rel, want) in cases {
             let got = b.lookup(kind, &d.join(rel));
@@ -486,12 +486,13 @@ mod tests {
         let m = fs::metadata(&f).unwrap();
         assert_eq!((id.dev, id.ino, id.size), (m.dev(), m.ino(), 10_000));
         assert_eq!(id.mtime_ns, m.mtime() * 1_000_000_000 + m.mtime_nsec());
+        assert_eq!(id.ctime_ns, m.ctime() * 1_000_000_000 + m.ctime_nsec());
         assert_eq!(h.size(), 10_000);
         b.prefetch(&h, 0, 10_000).unwrap();
         let r = b.residency(&h, 0, 1 << 20).unwrap();
         assert_eq!(
             r.pages,
-            10_000u64.div_ceil(page_size()),
+            10_000u64.div_ceil(warmstart_sys::residency::page_size()),
             "clipped at end of file"
         );
         assert!(matches!(

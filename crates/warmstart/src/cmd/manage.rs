@@ -177,6 +177,7 @@ pub fn status(args: StatusArgs) -> Result<i32> {
         _ => store(&args.state_dir)?,
     };
     let profiles = store.list().context("cannot read the state directory")?;
+    let metadata = metadata_paths(&store, &profiles);
     if args.json {
         // One document, whether or not a daemon answered.
         let v: Vec<_> = profiles
@@ -186,7 +187,11 @@ pub fn status(args: StatusArgs) -> Result<i32> {
                 Err(e) => serde_json::json!({ "error": e.to_string() }),
             })
             .collect();
-        let doc = serde_json::json!({ "daemon": daemon, "profiles": v });
+        let doc = serde_json::json!({
+            "daemon": daemon,
+            "profiles": v,
+            "metadata": metadata.json(),
+        });
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(0);
     }
@@ -261,7 +266,110 @@ pub fn status(args: StatusArgs) -> Result<i32> {
             Err(e) => println!("! {e}"),
         }
     }
+    metadata.print();
     Ok(0)
+}
+
+/// Which path the metadata of the profiles' plans takes on this machine,
+/// one entry per device across all plans.
+struct StatusMetadata {
+    /// Per device: what one plan's check found (with the entries and bytes
+    /// of all plans summed), its node, and the profiles whose plans have
+    /// metadata on it.
+    devices: std::collections::BTreeMap<
+        u64,
+        (
+            warmstart_replay::MetaDevice,
+            Option<std::path::PathBuf>,
+            Vec<String>,
+        ),
+    >,
+    /// Plans that could not be read, with the first error.
+    unreadable: Vec<String>,
+}
+
+fn metadata_paths(
+    store: &Store,
+    profiles: &[Result<warmstart_launch::Profile, warmstart_launch::Error>],
+) -> StatusMetadata {
+    // One backend: a device refused once is not tried again for each plan.
+    let backend = warmstart_replay::RealBackend::new();
+    let mut out = StatusMetadata {
+        devices: Default::default(),
+        unreadable: Vec::new(),
+    };
+    for p in profiles.iter().flatten().filter(|p| p.plan_bytes.is_some()) {
+        let path = store.plan_path(&p.name);
+        let plan = crate::cmd::read_container(&path).and_then(|b| {
+            warmstart_plan::Plan::from_bytes(&b).with_context(|| path.display().to_string())
+        });
+        let plan = match plan {
+            Ok(plan) => plan,
+            Err(e) => {
+                out.unreadable.push(format!("{}: {e:#}", p.name));
+                continue;
+            }
+        };
+        for (d, node) in super::show::MetadataPaths::of(&plan, &backend).devices {
+            let slot = out
+                .devices
+                .entry(d.device)
+                .or_insert_with(|| (d.clone(), node, Vec::new()));
+            if slot.2.is_empty() {
+                slot.0.planned = Default::default();
+            }
+            slot.0.planned.entries += d.planned.entries;
+            slot.0.planned.bytes = slot.0.planned.bytes.saturating_add(d.planned.bytes);
+            slot.2.push(p.name.clone());
+        }
+    }
+    out
+}
+
+impl StatusMetadata {
+    fn json(&self) -> serde_json::Value {
+        let devices: Vec<_> = self
+            .devices
+            .values()
+            .map(|(d, node, profiles)| {
+                let mut v = serde_json::to_value(d).expect("serializes");
+                if let Some(o) = v.as_object_mut() {
+                    // A dry check issues nothing; the plans' own figures are
+                    // `planned`.
+                    for k in ["requests", "requested_bytes", "ranges"] {
+                        o.remove(k);
+                    }
+                    o.insert("node".into(), serde_json::json!(node));
+                    o.insert(
+                        "summary".into(),
+                        serde_json::json!(super::show::metadata_line(d, node.as_deref())),
+                    );
+                    o.insert("profiles".into(), serde_json::json!(profiles));
+                }
+                v
+            })
+            .collect();
+        serde_json::json!({ "devices": devices, "unreadable_plans": self.unreadable })
+    }
+
+    fn print(&self) {
+        for (d, node, profiles) in self.devices.values() {
+            println!(
+                "{} [plans of {} profile{}: {} entries, {}]",
+                super::show::metadata_line(d, node.as_deref()),
+                profiles.len(),
+                if profiles.len() == 1 { "" } else { "s" },
+                d.planned.entries,
+                human_bytes(d.planned.bytes)
+            );
+        }
+        if let Some(first) = self.unreadable.first() {
+            println!(
+                "! metadata paths unknown for {} plans that cannot be read (first: {first})",
+                self.unreadable.len()
+            );
+        }
+    }
 }
 
 /// Sends a request to the daemon, with errors that say what to do.
