@@ -3,7 +3,14 @@
 #   make test   install what is missing, build, run every test
 SHELL := /bin/bash
 CARGO ?= cargo
-DEB_PACKAGES := clang llvm libelf-dev zlib1g-dev pkg-config make e2fsprogs xfsprogs util-linux python3
+# docker-registry, lintian, dpkg-dev and systemd are for the package and
+# registry tests (a registry the tests start on a loopback port; on a
+# machine booted with systemd, Debian's package also enables its own
+# service on :5000: `systemctl disable --now docker-registry` if unwanted);
+# strace for the kill-at-every-write test; fuse3, fio and btrfs-progs for
+# the storage testbed.
+DEB_PACKAGES := clang llvm libelf-dev zlib1g-dev pkg-config make e2fsprogs xfsprogs util-linux python3 \
+	docker-registry lintian dpkg-dev systemd strace fuse3 fio btrfs-progs
 # The binary users run is linked statically (glibc included): `warmstart
 # run` starts before every launch it wraps, and dynamic loading and
 # relocation were half its cost on a warm launch (warm `run` overhead
@@ -12,8 +19,13 @@ DEB_PACKAGES := clang llvm libelf-dev zlib1g-dev pkg-config make e2fsprogs xfspr
 # too; evaluated when used, after `deps` has installed rustc.
 HOST = $(shell rustc -vV | sed -n 's/^host: //p')
 RELEASE = target/$(HOST)/release/warmstart
+# The benchmark harness, a binary of its own that `warmstart bench` runs:
+# installed beside warmstart, so the product binary does not carry it.
+RELEASE_BENCH = target/$(HOST)/release/warmstart-bench
+# Raw benchmark output: kept in the repository if wanted, never installed.
+BENCH_RUN := bench/runs/$(shell date +%F)-$(shell hostname)
 
-.PHONY: all deps build release test demo bench lint fmt clean install
+.PHONY: all deps build release deb test demo bench lint fmt clean install
 
 all: build
 
@@ -33,7 +45,13 @@ build: deps
 	$(CARGO) build --workspace
 
 release: deps
-	RUSTFLAGS="$$RUSTFLAGS -C target-feature=+crt-static" $(CARGO) build --release -p warmstart --target $(HOST)
+	RUSTFLAGS="$$RUSTFLAGS -C target-feature=+crt-static" $(CARGO) build --release -p warmstart -p warmstart-bench --target $(HOST)
+
+# The Debian package (target/debian/warmstart_VERSION_ARCH.deb) of the
+# static release build: dist/debian/ holds its control files and scripts.
+DEB_VERSION ?= $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
+deb: release
+	dist/debian/build.sh target/$(HOST)/release $(DEB_VERSION) target/debian
 
 test: build
 	$(CARGO) test --workspace
@@ -45,15 +63,27 @@ lint: deps
 demo: release
 	WS=$(CURDIR)/$(RELEASE) ./scripts/demo.sh
 
+# Raw output goes to bench/runs/DATE-HOST/, never into docs/ (which is
+# installed); docs/benchmarks.md embeds the markdown export (bench.md).
 bench: release
-	$(RELEASE) bench --suite bench/suite.toml --runs 5 --plot docs/img --export-json docs/img/bench.json --export-csv docs/img/bench.csv
+	mkdir -p $(BENCH_RUN)
+	$(RELEASE) bench --suite bench/suite.toml --runs 5 --plot $(BENCH_RUN) \
+	  --export-json $(BENCH_RUN)/bench.json --export-csv $(BENCH_RUN)/bench.csv \
+	  --export-markdown $(BENCH_RUN)/bench.md
+	@echo "tables for docs/benchmarks.md: $(BENCH_RUN)/bench.md"
 
 install: release
 	install -m 0755 $(RELEASE) /usr/local/bin/warmstart
-	install -d -m 0755 /etc/warmstart /usr/local/share/doc/warmstart
+	install -m 0755 $(RELEASE_BENCH) /usr/local/bin/warmstart-bench
+	install -d -m 0755 /etc/warmstart /usr/local/share/doc/warmstart/guide /usr/local/share/doc/warmstart/reference
 	[ -e /etc/warmstart/config.toml ] || install -m 0644 dist/config.toml /etc/warmstart/config.toml
-	install -m 0644 docs/*.md /usr/local/share/doc/warmstart/
-	if [ -d /etc/systemd/system ]; then install -m 0644 dist/warmstart.service /etc/systemd/system/; \
+	install -m 0644 README.md docs/benchmarks.md /usr/local/share/doc/warmstart/
+	install -d -m 0755 /usr/local/share/doc/warmstart/img
+	install -m 0644 docs/img/*.svg /usr/local/share/doc/warmstart/img/
+	install -m 0644 docs/guide/*.md /usr/local/share/doc/warmstart/guide/
+	install -m 0644 docs/reference/*.md /usr/local/share/doc/warmstart/reference/
+	if [ -d /etc/systemd/system ]; then \
+	  sed 's|/usr/bin/warmstart|/usr/local/bin/warmstart|' dist/warmstart.service > /etc/systemd/system/warmstart.service; \
 	  systemctl daemon-reload 2>/dev/null || true; echo "enable with: systemctl enable --now warmstart"; fi
 
 fmt:

@@ -228,7 +228,7 @@ pub fn launch(t: &Target, t0: Instant) -> Result<Launched> {
         }
     }
     let deadline = t0 + t.timeout;
-    let result = wait_ready(t, &mut child, &matched, deadline, t0);
+    let result = wait_ready(t, &mut child, &matched, &readers, deadline, t0);
     stop(&mut child, pgid);
     for r in readers {
         let _ = r.join();
@@ -240,6 +240,7 @@ fn wait_ready(
     t: &Target,
     child: &mut Child,
     matched: &AtomicBool,
+    readers: &[thread::JoinHandle<()>],
     deadline: Instant,
     t0: Instant,
 ) -> Result<Launched> {
@@ -280,8 +281,16 @@ fn wait_ready(
                     exit_code: code,
                 });
             }
-            // The last lines may still be in the pipe.
-            thread::sleep(Duration::from_millis(20));
+            // The last lines may still be in the pipe: wait for the
+            // readers to reach its end (a helper the program left running
+            // may hold it open, hence the bound).
+            let drained = Instant::now() + Duration::from_secs(2);
+            while !matched.load(Ordering::Relaxed)
+                && !readers.iter().all(thread::JoinHandle::is_finished)
+                && Instant::now() < drained
+            {
+                thread::sleep(Duration::from_millis(5));
+            }
             if matched.load(Ordering::Relaxed) || t.ready.poll() == Some(true) {
                 return Ok(Launched {
                     time,
@@ -307,49 +316,82 @@ fn wait_ready(
     }
 }
 
+/// The processes of group `pgid`, from /proc.
+fn group_members(pgid: u32) -> Vec<u32> {
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            // /proc/PID/stat: "pid (comm) state ppid pgrp ..."; comm may hold spaces.
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    stat.rsplit_once(')')
+                        .and_then(|(_, rest)| rest.split_whitespace().nth(2))
+                        .and_then(|g| g.parse::<u32>().ok())
+                })
+                == Some(pgid)
+        })
+        .collect()
+}
+
 /// Bytes read so far (rchar: every read(), cached or not, plus
 /// read_bytes: what reached storage, which covers mmap faults) by the
 /// processes of group `pgid`, from /proc.
 fn group_reads(pgid: u32) -> u64 {
-    let mut total = 0;
-    let Ok(rd) = std::fs::read_dir("/proc") else {
-        return 0;
-    };
-    for e in rd.flatten() {
-        let name = e.file_name();
-        let Some(pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else {
-            continue;
-        };
-        // /proc/PID/stat: "pid (comm) state ppid pgrp ..."; comm may hold spaces.
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let pgrp = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(2))
-            .and_then(|g| g.parse::<u32>().ok());
-        if pgrp != Some(pgid) {
-            continue;
-        }
-        if let Ok(io) = std::fs::read_to_string(format!("/proc/{pid}/io")) {
-            total += io
-                .lines()
+    group_members(pgid)
+        .into_iter()
+        .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/io")).ok())
+        .map(|io| {
+            io.lines()
                 .filter(|l| l.starts_with("rchar:") || l.starts_with("read_bytes:"))
                 .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-                .sum::<u64>();
-        }
-    }
-    total
+                .sum::<u64>()
+        })
+        .sum()
 }
 
-/// Stops what is left of the launch: TERM to the group, KILL after a grace
-/// period, then reaps the child.
+/// Waits up to `grace` for the child to exit.
+fn wait_exit(child: &mut Child, grace: Duration) -> bool {
+    let until = Instant::now() + grace;
+    loop {
+        if child.try_wait().ok().flatten().is_some() {
+            return true;
+        }
+        if Instant::now() >= until {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// How long a wrapper (`warmstart run`, the group's leader) may take to
+/// save what it learned once the program it ran is gone. GIMP outlives
+/// TERM's grace period; killing the whole group then killed the wrapper
+/// too before it saved its trace, so `run` never got a plan for it.
+const LEADER_GRACE: Duration = Duration::from_secs(15);
+
+/// Stops what is left of the launch: TERM to the group; after a grace
+/// period KILL to the rest of the group but its leader, which then gets
+/// time to finish (a wrapper saving its trace); then KILL to all, and
+/// reaps the child.
 fn stop(child: &mut Child, pgid: u32) {
     if child.try_wait().ok().flatten().is_none() {
         os::signal_group(pgid, libc::SIGTERM);
-        let until = Instant::now() + Duration::from_secs(3);
-        while Instant::now() < until && child.try_wait().ok().flatten().is_none() {
-            thread::sleep(Duration::from_millis(5));
+        if !wait_exit(child, Duration::from_secs(3)) {
+            let others: Vec<u32> = group_members(pgid)
+                .into_iter()
+                .filter(|&p| p != child.id())
+                .collect();
+            for &p in &others {
+                // SAFETY: kill has no memory-safety preconditions.
+                unsafe { libc::kill(p as i32, libc::SIGKILL) };
+            }
+            if !others.is_empty() {
+                wait_exit(child, LEADER_GRACE);
+            }
         }
     }
     // Helpers a program left running in its group (a daemonised server)
@@ -361,6 +403,31 @@ fn stop(child: &mut Child, pgid: u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A leader that outlives TERM (a wrapper whose program ignores it)
+    /// gets to finish once the rest of its group is killed.
+    #[test]
+    fn stop_lets_the_leader_finish_after_its_group() {
+        use std::os::unix::process::CommandExt;
+        let d = tempfile::tempdir().unwrap();
+        let saved = d.path().join("saved");
+        let script = format!("trap '' TERM; sleep 60; echo x > {}", saved.display());
+        let mut child = std::process::Command::new("/bin/sh")
+            .args(["-c", &script])
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pgid = child.id();
+        // The group has its sleep before it is stopped.
+        let t = Instant::now();
+        while group_members(pgid).len() < 2 {
+            assert!(t.elapsed() < Duration::from_secs(10), "sleep never started");
+            thread::sleep(Duration::from_millis(10));
+        }
+        stop(&mut child, pgid);
+        assert!(saved.exists(), "the leader was killed before it finished");
+        assert!(group_members(pgid).is_empty());
+    }
 
     fn target(argv: &[&str], ready: &str) -> Target {
         Target {
@@ -395,26 +462,42 @@ mod tests {
         }
     }
 
+    /// A shell command that writes its pid to a file first; the pid
+    /// stays the program's through `exec`.
+    fn with_pid(script: &str) -> (tempfile::TempDir, String, std::path::PathBuf) {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("pid");
+        let cmd = format!("echo $$ > {}; {script}", f.display());
+        (d, cmd, f)
+    }
+
+    /// The launch's process is gone (stopped and reaped, not left running
+    /// nor waited for until it ends by itself).
+    fn assert_stopped(pid_file: &std::path::Path) {
+        let pid = std::fs::read_to_string(pid_file).unwrap();
+        let proc = std::path::PathBuf::from(format!("/proc/{}", pid.trim()));
+        assert!(!proc.exists(), "{} is still there", proc.display());
+    }
+
     #[test]
     fn idle_readiness_ends_at_the_last_read() {
         // Reads for a moment, then sits idle for 30 s: complete at the
         // reads, found idle after 0.3 s, and stopped.
-        let t = target(
-            &[
-                "sh",
-                "-c",
-                "for i in 1 2 3; do cat /etc/passwd > /dev/null; done; exec sleep 30",
-            ],
-            "idle:0.3",
-        );
+        let (_d, cmd, pid) =
+            with_pid("for i in 1 2 3; do cat /etc/passwd > /dev/null; done; exec sleep 30");
+        let t = target(&["sh", "-c", &cmd], "idle:0.3");
         let start = Instant::now();
         let l = launch(&t, start).unwrap();
-        assert!(l.time < Duration::from_secs(5), "{:?}", l.time);
-        assert!(start.elapsed() >= Duration::from_millis(300));
+        assert_eq!(l.exit_code, None, "stopped before it exited");
+        // Complete at its last read, which came before the idle time
+        // that was waited out.
+        let waited = start.elapsed();
+        assert!(waited >= Duration::from_millis(300), "{waited:?}");
         assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "stopped, not waited for"
+            l.time + Duration::from_millis(300) <= waited,
+            "{l:?} {waited:?}"
         );
+        assert_stopped(&pid);
     }
 
     #[test]
@@ -425,15 +508,22 @@ mod tests {
 
     #[test]
     fn output_readiness_stops_a_program_that_stays_up() {
-        let t = target(
-            &["sh", "-c", "echo starting; echo READY >&2; exec sleep 30"],
-            "output:^READY",
-        );
-        let start = Instant::now();
-        let l = launch(&t, start).unwrap();
+        let (_d, cmd, pid) = with_pid("echo starting; echo READY >&2; exec sleep 30");
+        let t = target(&["sh", "-c", &cmd], "output:^READY");
+        let l = launch(&t, Instant::now()).unwrap();
         assert_eq!(l.exit_code, None);
-        // Stopped, not waited for: well under the 30 s sleep.
-        assert!(start.elapsed() < Duration::from_secs(10));
+        assert_stopped(&pid);
+    }
+
+    #[test]
+    fn output_readiness_sees_the_last_line_before_exit() {
+        // Ready on the very line it prints as it exits: the readers are
+        // waited for, not given a moment.
+        for _ in 0..20 {
+            let t = target(&["sh", "-c", "echo READY"], "output:^READY");
+            let l = launch(&t, Instant::now()).unwrap();
+            assert!(matches!(l.exit_code, None | Some(0)), "{l:?}");
+        }
     }
 
     #[test]

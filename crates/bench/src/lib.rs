@@ -11,13 +11,14 @@
 //! Modules: [`scenario`] (what is measured), [`runner`] (the loop, behind
 //! an [`runner::Executor`] so statistics are tested with a mock),
 //! [`real`] (launching for real), [`launch`] (readiness), [`stats`],
-//! [`export`], [`report`], [`plot`], [`suite`], [`timeline`], [`machine`],
-//! [`os`] (FIEMAP, mincore, process trees).
+//! [`export`], [`markdown`], [`report`], [`plot`], [`suite`], [`timeline`], [`machine`],
+//! [`os`] (residency, process trees).
 
 pub mod demand;
 pub mod export;
 pub mod launch;
 pub mod machine;
+pub mod markdown;
 pub mod os;
 pub mod plot;
 pub mod real;
@@ -50,7 +51,7 @@ pub const EXAMPLES: &str = "EXAMPLES:
   warmstart bench --scenarios cold,warm,warmstart --evict-files -- gimp -i -b '(gimp-quit 0)'
   warmstart bench --ready 'output:Listening on' -- node server.js
   warmstart bench --ready port:8080 --prepare 'rm -rf /tmp/cache' -- ./server
-  warmstart bench --suite bench/suite.toml --plot docs/img --export-csv runs.csv
+  warmstart bench --suite bench/suite.toml --plot out/ --export-markdown results.md
   warmstart bench --scenarios cold,warm,prefetch-only,demand,contention,run -- npm -v
 
 Scenarios (FAST §6.1.2, Paralfetch §5), run interleaved round after round:
@@ -74,7 +75,8 @@ Scenarios (FAST §6.1.2, Paralfetch §5), run interleaved round after round:
   daemon         `warmstart daemon` running (it learned the program), no wrapper
   learning       a cold launch while recording it (the cost of learning)
 Gap captured = (t_cold - t) / (t_cold - t_warm): 100% is as fast as warm.
-run and daemon launch the warmstart binary (this one, or WARMSTART_BENCH_BIN);
+run and daemon launch the warmstart binary: WARMSTART_BENCH_BIN (`warmstart bench`
+sets it to itself), else the one beside warmstart-bench, else the one on PATH;
 daemon needs root and runs only around its own launches.";
 
 /// Measure launch times: cold, warm, the peers' prefetchers and warmstart's.
@@ -134,6 +136,10 @@ pub struct BenchArgs {
     /// Write every run as CSV.
     #[arg(long, value_name = "FILE")]
     pub export_csv: Option<PathBuf>,
+    /// Write the results as Markdown: the machine and method, then a table
+    /// of each program's medians and gap captured, and their mean.
+    #[arg(long, value_name = "FILE")]
+    pub export_markdown: Option<PathBuf>,
     /// Write SVG figures (launch times normalised to cold; CPU/storage
     /// activity of one cold, warm and warmstart launch) into DIR.
     #[arg(long, value_name = "DIR")]
@@ -385,6 +391,12 @@ pub fn run(args: BenchArgs, quiet: bool) -> Result<i32> {
     }
     if let Some(p) = &args.export_csv {
         export::write_file(p, |b| export::write_csv(&results, b))?;
+    }
+    if let Some(p) = &args.export_markdown {
+        export::write_file(p, |b| {
+            b.extend_from_slice(markdown::render(&results).as_bytes());
+            Ok(())
+        })?;
     }
     if let Some(dir) = &args.plot {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;

@@ -1,163 +1,31 @@
-//! The OS boundary of the bench: physical addresses (FIEMAP) for the sorted
-//! peer, page-cache residency (mincore) to check that a cold start is
-//! cold, process-tree cleanup, and keeping a recorded launch's output off
-//! the terminal.
+//! The OS boundary of the bench: page-cache residency (mincore, through
+//! `warmstart_sys`) to check that a cold start is cold, process-tree
+//! cleanup, and keeping a recorded launch's output off the terminal.
 
-use std::cell::RefCell;
-use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
-/// `FS_IOC_FIEMAP` = `_IOWR('f', 11, struct fiemap)` with the 32-byte
-/// header of `<linux/fiemap.h>`.
-const FS_IOC_FIEMAP: libc::c_ulong = 0xC020_660B;
-/// `FIEMAP_FLAG_SYNC`: flush delayed allocations so the extents are real.
-const FIEMAP_FLAG_SYNC: u32 = 1;
-/// Extents asked for per call.
-const FIEMAP_BATCH: usize = 256;
-
-/// `struct fiemap_extent`.
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-struct FiemapExtent {
-    fe_logical: u64,
-    fe_physical: u64,
-    fe_length: u64,
-    fe_reserved64: [u64; 2],
-    fe_flags: u32,
-    fe_reserved: [u32; 3],
-}
-
-/// `struct fiemap` followed by its extent array.
-#[repr(C)]
-struct Fiemap {
-    fm_start: u64,
-    fm_length: u64,
-    fm_flags: u32,
-    fm_mapped_extents: u32,
-    fm_extent_count: u32,
-    fm_reserved: u32,
-    fm_extents: [FiemapExtent; FIEMAP_BATCH],
-}
-
-/// `FIEMAP_EXTENT_LAST`.
-const FIEMAP_EXTENT_LAST: u32 = 1;
-
-/// A file's extents: (logical, physical, length), sorted by logical.
-pub fn fiemap(path: &str) -> io::Result<Vec<(u64, u64, u64)>> {
-    let f = File::open(path)?;
-    let mut out = Vec::new();
-    let mut start = 0u64;
-    loop {
-        let mut fm = Box::new(Fiemap {
-            fm_start: start,
-            fm_length: u64::MAX - start,
-            fm_flags: FIEMAP_FLAG_SYNC,
-            fm_mapped_extents: 0,
-            fm_extent_count: FIEMAP_BATCH as u32,
-            fm_reserved: 0,
-            fm_extents: [FiemapExtent::default(); FIEMAP_BATCH],
-        });
-        // SAFETY: `fm` is a properly sized, initialised struct fiemap with
-        // room for fm_extent_count extents; the fd is open for the call.
-        let rc = unsafe { libc::ioctl(f.as_raw_fd(), FS_IOC_FIEMAP, &mut *fm as *mut Fiemap) };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let n = (fm.fm_mapped_extents as usize).min(FIEMAP_BATCH);
-        if n == 0 {
-            break;
-        }
-        let mut last = false;
-        for e in &fm.fm_extents[..n] {
-            out.push((e.fe_logical, e.fe_physical, e.fe_length));
-            last |= e.fe_flags & FIEMAP_EXTENT_LAST != 0;
-        }
-        let e = fm.fm_extents[n - 1];
-        if last || n < FIEMAP_BATCH {
-            break;
-        }
-        start = e.fe_logical + e.fe_length;
-    }
-    Ok(out)
-}
-
-/// Physical address of `offset` within a file's extents.
-pub fn physical_in(extents: &[(u64, u64, u64)], offset: u64) -> Option<u64> {
-    let i = extents.partition_point(|e| e.0 + e.2 <= offset);
-    let &(logical, physical, len) = extents.get(i)?;
-    (offset >= logical && offset < logical + len).then(|| physical + (offset - logical))
-}
-
-/// A FIEMAP lookup with one ioctl sequence per file, for the compiler's
-/// `physical` callback (called once per range).
-#[derive(Default)]
-pub struct PhysicalMap {
-    cache: RefCell<HashMap<String, Extents>>,
-}
-
-/// (logical, physical, length) of each extent of a file.
-type Extents = Vec<(u64, u64, u64)>;
-
-impl PhysicalMap {
-    pub fn lookup(&self, path: &str, offset: u64) -> Option<u64> {
-        let mut c = self.cache.borrow_mut();
-        let ext = c
-            .entry(path.to_string())
-            .or_insert_with(|| fiemap(path).unwrap_or_default());
-        physical_in(ext, offset)
-    }
-}
-
 /// Of the byte ranges given per file, how many bytes are in the page cache
-/// and how many there are, by mincore. Opening the files warms their inodes
-/// and dentries, which is why the bench only checks when asked.
+/// and how many there are, by mincore (up-to-date pages only: a cold start
+/// is cold only if nothing is readable without I/O). Opening the files
+/// warms their inodes and dentries, which is why the bench only checks
+/// when asked. The paths come from recordings and are opened through
+/// [`warmstart_sys::open`]: anything but a regular file is skipped.
 pub fn residency(files: &[(String, Vec<(u64, u64)>)]) -> (u64, u64) {
-    let page = 4096u64;
+    let page = warmstart_sys::residency::page_size();
     let (mut resident, mut total) = (0u64, 0u64);
     for (path, ranges) in files {
-        let Ok(f) = File::open(path) else { continue };
-        let Ok(size) = f.metadata().map(|m| m.len()) else {
+        let Ok(o) = warmstart_sys::open(path) else {
             continue;
         };
-        if size == 0 {
-            continue;
-        }
-        // SAFETY: a read-only shared mapping of a file we hold open; it is
-        // never dereferenced, only passed to mincore, and unmapped below.
-        let addr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                size as usize,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                f.as_raw_fd(),
-                0,
-            )
-        };
-        if addr == libc::MAP_FAILED {
-            continue;
-        }
-        let pages = size.div_ceil(page) as usize;
-        let mut vec = vec![0u8; pages];
-        // SAFETY: `addr` maps `size` bytes and `vec` has one byte per page.
-        let rc = unsafe { libc::mincore(addr, size as usize, vec.as_mut_ptr()) };
-        if rc == 0 {
-            for &(off, len) in ranges {
-                let first = (off / page) as usize;
-                let end = (off + len).min(size).div_ceil(page) as usize;
-                for v in vec.iter().take(end.min(pages)).skip(first) {
-                    total += page;
-                    if v & 1 != 0 {
-                        resident += page;
-                    }
-                }
+        for &(off, len) in ranges {
+            if let Ok(c) = warmstart_sys::residency::resident(&o.file, off, len) {
+                resident += c.resident * page;
+                total += c.pages * page;
             }
         }
-        // SAFETY: unmapping exactly the mapping made above.
-        unsafe { libc::munmap(addr, size as usize) };
     }
     (resident, total)
 }
@@ -300,21 +168,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn physical_lookup_in_extents() {
-        let ext = [(0, 1_000_000, 8192), (8192, 5_000_000, 4096)];
-        for (off, want) in [
-            (0, Some(1_000_000)),
-            (4096, Some(1_004_096)),
-            (8192, Some(5_000_000)),
-            (12287, Some(5_004_095)),
-            (12288, None),
-        ] {
-            assert_eq!(physical_in(&ext, off), want, "{off}");
-        }
-        assert_eq!(physical_in(&[(4096, 7, 10)], 0), None);
-    }
-
-    #[test]
     fn residency_of_a_written_file() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("f");
@@ -325,8 +178,13 @@ mod tests {
         assert_eq!(total, 64 * 1024);
         assert_eq!(res, total);
         // Ranges are clipped to the file.
-        let (_, total) = residency(&[(path, vec![(60 * 1024, 1 << 20)])]);
+        let (_, total) = residency(&[(path.clone(), vec![(60 * 1024, 1 << 20)])]);
         assert_eq!(total, 4096);
+        // A path swapped for a symlink to a device counts nothing.
+        let link = dir.path().join("zero");
+        std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
+        let link = link.display().to_string();
+        assert_eq!(residency(&[(link, vec![(0, 4096)])]), (0, 0));
     }
 
     #[test]

@@ -416,7 +416,8 @@ impl RealExecutor {
         let mut buf = vec![0u8; 1 << 20];
         let mut n = 0u64;
         for (p, _) in &self.files {
-            let Ok(mut f) = std::fs::File::open(p) else {
+            // A recorded path: never a FIFO or a device (see warmstart_sys).
+            let Ok(mut f) = warmstart_sys::open(p).map(|o| o.file) else {
                 continue;
             };
             while let Ok(k) = f.read(&mut buf) {
@@ -502,8 +503,9 @@ impl Executor for RealExecutor {
             }
         }
         self.warm = true;
-        let phys = os::PhysicalMap::default();
-        let physical = |f: &warmstart_plan::plan::PlanFile, off: u64| phys.lookup(&f.path, off);
+        // The same FIEMAP lookup as `compile --sorted` and `run`.
+        let phys = warmstart_sys::fiemap::PhysicalMap::default();
+        let physical = |f: &warmstart_plan::plan::PlanFile, off: u64| phys.physical(&f.path, off);
         let mut plan_bytes = Vec::new();
         let mut plan_entries = Vec::new();
         for s in [

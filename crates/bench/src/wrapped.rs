@@ -25,10 +25,11 @@ use anyhow::{bail, Context, Result};
 use crate::launch::Target;
 
 /// The `warmstart` binary to launch for `run` and `daemon`: the
-/// `WARMSTART_BENCH_BIN` environment variable, else the running binary
+/// `WARMSTART_BENCH_BIN` environment variable (`warmstart bench` sets it to
+/// itself when it hands over to `warmstart-bench`), else the running binary
 /// when it is `warmstart`, else a `warmstart` beside the running binary or
-/// one directory up (the bench example binary lives in
-/// `target/PROFILE/examples/`), else `warmstart` on PATH.
+/// one directory up (test binaries live in `target/PROFILE/deps/`), else
+/// `warmstart` on PATH.
 pub fn warmstart_binary() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("WARMSTART_BENCH_BIN") {
         return Some(PathBuf::from(p));

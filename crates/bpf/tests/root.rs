@@ -14,9 +14,7 @@ use warmstart_bpf::{Event, Options, Recorder};
 /// exec'd its program before anyone read /proc.
 #[test]
 fn root_exec_events_carry_the_command_line() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: not root");
+    if !warmstart_testing::require_root("root_exec_events_carry_the_command_line") {
         return;
     }
     let dir = std::env::temp_dir().join(format!("ws-bpf-exec-{}", std::process::id()));

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::Instant;
 
@@ -43,19 +43,18 @@ impl DeviceCache {
 }
 
 /// Measures the device holding `sample` (a file of at least a few MiB is
-/// best). Returns None if the file cannot be read with O_DIRECT.
+/// best). Returns None if the file cannot be read with O_DIRECT, or is not
+/// a regular file: `sample` is a path from a plan, which an unprivileged
+/// program may have replaced by a FIFO, a device or a symlink since, so it
+/// is opened through [`warmstart_sys::open`], which refuses those before
+/// any read.
 pub fn probe(sample: &Path) -> Option<(u64, Verdict)> {
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECT | libc::O_NOATIME)
+    let f = warmstart_sys::OpenOptions::file()
+        .custom_flags(libc::O_DIRECT)
+        .noatime(true)
         .open(sample)
-        .or_else(|_| {
-            std::fs::OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_DIRECT)
-                .open(sample)
-        })
-        .ok()?;
+        .ok()?
+        .file;
     let m = f.metadata().ok()?;
     let pages = m.size() / 4096;
     if pages < 16 {
@@ -105,82 +104,6 @@ impl AlignedPage {
     }
 }
 
-/// FIEMAP: the physical byte address of a file offset, for sorted plans.
-pub mod fiemap {
-    use std::collections::HashMap;
-    use std::fs::File;
-    use std::os::fd::AsRawFd;
-    use std::sync::Mutex;
-
-    const FS_IOC_FIEMAP: libc::c_ulong = 0xC020660B;
-    const EXTENTS: usize = 256;
-
-    #[repr(C)]
-    #[derive(Clone, Copy, Default)]
-    struct Extent {
-        logical: u64,
-        physical: u64,
-        length: u64,
-        reserved64: [u64; 2],
-        flags: u32,
-        reserved: [u32; 3],
-    }
-
-    #[repr(C)]
-    struct Request {
-        start: u64,
-        length: u64,
-        flags: u32,
-        mapped: u32,
-        count: u32,
-        reserved: u32,
-        extents: [Extent; EXTENTS],
-    }
-
-    /// (logical, physical, length) in bytes.
-    pub type Span = (u64, u64, u64);
-
-    /// The first extents of a file.
-    pub fn extents(path: &str) -> Vec<Span> {
-        let Ok(f) = File::open(path) else {
-            return Vec::new();
-        };
-        let mut req = Box::new(Request {
-            start: 0,
-            length: u64::MAX,
-            flags: 0,
-            mapped: 0,
-            count: EXTENTS as u32,
-            reserved: 0,
-            extents: [Extent::default(); EXTENTS],
-        });
-        // SAFETY: FS_IOC_FIEMAP reads and writes a struct fiemap followed by
-        // `count` extents, which is exactly the layout of Request.
-        let rc = unsafe { libc::ioctl(f.as_raw_fd(), FS_IOC_FIEMAP, &mut *req as *mut Request) };
-        if rc != 0 {
-            return Vec::new();
-        }
-        req.extents[..(req.mapped as usize).min(EXTENTS)]
-            .iter()
-            .map(|e| (e.logical, e.physical, e.length))
-            .collect()
-    }
-
-    /// Caches extents per path for a compile's `physical` callback.
-    #[derive(Default)]
-    pub struct Mapper(Mutex<HashMap<String, Vec<Span>>>);
-
-    impl Mapper {
-        pub fn physical(&self, path: &str, offset: u64) -> Option<u64> {
-            let mut m = self.0.lock().ok()?;
-            let ext = m.entry(path.to_string()).or_insert_with(|| extents(path));
-            ext.iter()
-                .find(|(l, _, len)| offset >= *l && offset < l + len)
-                .map(|(l, p, _)| p + (offset - l))
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,24 +126,39 @@ mod tests {
     }
 
     #[test]
-    fn fiemap_of_a_real_file() {
+    fn a_probe_reads_a_regular_file() {
+        // O_DIRECT needs a real filesystem; /var/tmp is usually on a disk.
         let d = tempfile::Builder::new().tempdir_in("/var/tmp").unwrap();
-        let p = d.path().join("f");
-        std::fs::write(&p, vec![1u8; 1 << 20]).unwrap();
-        std::fs::File::open(&p).unwrap().sync_all().unwrap();
-        let path = p.to_str().unwrap();
-        let ext = fiemap::extents(path);
-        if ext.is_empty() {
-            eprintln!("SKIPPED: /var/tmp has no FIEMAP support");
+        let p = d.path().join("sample");
+        std::fs::write(&p, vec![5u8; 1 << 20]).unwrap();
+        File::open(&p).unwrap().sync_all().unwrap();
+        let Some((dev, v)) = probe(&p) else {
+            eprintln!("SKIPPED: /var/tmp refuses O_DIRECT");
             return;
-        }
-        let (logical, physical, len) = ext[0];
-        assert_eq!(logical, 0);
-        let m = fiemap::Mapper::default();
-        assert_eq!(m.physical(path, 0), Some(physical));
-        if len > 4096 {
-            assert_eq!(m.physical(path, 4096), Some(physical + 4096));
-        }
-        assert_eq!(m.physical(path, 1 << 30), None);
+        };
+        assert_eq!(dev, std::fs::metadata(&p).unwrap().dev());
+        assert!(v.median_read_us > 0.0);
+        // Too small to measure: no verdict.
+        std::fs::write(&p, vec![5u8; 4096]).unwrap();
+        assert!(probe(&p).is_none());
+    }
+
+    #[test]
+    fn a_probe_never_opens_a_fifo_or_device() {
+        let d = tempfile::tempdir().unwrap();
+        let fifo = d.path().join("big");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a NUL-terminated path that outlives the call.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        let zero = d.path().join("zero");
+        std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send((probe(&fifo), probe(&zero)));
+        });
+        let got = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("probe blocked");
+        assert_eq!(got, (None, None));
     }
 }

@@ -145,20 +145,39 @@ impl LaunchReport {
     }
 }
 
-/// The profile name for a command: the executable's base name and a hash
-/// of its resolved path and arguments, so `python3 a.py` and `python3 b.py`
-/// are different launches.
+/// The profile name for a command run by this process's user: see
+/// [`profile_name_for`].
 pub fn profile_name(argv: &[String]) -> String {
-    name_for(&resolve_exe(&argv[0]), argv)
+    // SAFETY: geteuid has no preconditions.
+    profile_name_for(unsafe { libc::geteuid() }, argv)
 }
 
-/// [`profile_name`] for an executable already resolved.
-fn name_for(exe: &str, argv: &[String]) -> String {
+/// The profile name for a command run by `uid`: the executable's base
+/// name (at most 64 characters), the user, and a digest of the resolved
+/// executable and the arguments, so `python3 a.py` and `python3 b.py` are
+/// different launches and one user's launches never decide what is read
+/// for another's. The digest is SHA-256 cut to 128 bits: a CRC could be
+/// forged to collide with another command's profile.
+pub fn profile_name_for(uid: u32, argv: &[String]) -> String {
+    name_for(uid, &resolve_exe(&argv[0]), argv)
+}
+
+/// How long a launch waits for its profile's lock before it runs
+/// unmanaged: longer than the daemon's save, far shorter than a launch.
+const PROFILE_LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Characters of the program's name kept in a profile name.
+const NAME_BASE_MAX: usize = 64;
+
+/// [`profile_name_for`] for an executable already resolved.
+fn name_for(uid: u32, exe: &str, argv: &[String]) -> String {
+    use sha2::{Digest, Sha256};
     let base = Path::new(&argv[0])
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "cmd".into());
     let base: String = base
+        .trim_start_matches('.')
         .chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || "-_.".contains(c) {
@@ -167,14 +186,18 @@ fn name_for(exe: &str, argv: &[String]) -> String {
                 '_'
             }
         })
+        .take(NAME_BASE_MAX)
         .collect();
-    let mut h = crc32fast::Hasher::new();
-    h.update(exe.as_bytes());
-    for a in &argv[1..] {
-        h.update(b"\0");
-        h.update(a.as_bytes());
+    let base = if base.is_empty() { "cmd".into() } else { base };
+    let mut h = Sha256::new();
+    // Each part length-prefixed: ["a", "b c"] and ["a b", "c"] differ.
+    for part in std::iter::once(exe).chain(argv[1..].iter().map(String::as_str)) {
+        h.update((part.len() as u64).to_le_bytes());
+        h.update(part.as_bytes());
     }
-    format!("{}-{:08x}", base.trim_start_matches('.'), h.finalize())
+    let d = h.finalize();
+    let hex: String = d[..16].iter().map(|b| format!("{b:02x}")).collect();
+    format!("{base}-u{uid}-{hex}")
 }
 
 pub(crate) fn resolve_exe(cmd: &str) -> String {
@@ -209,7 +232,7 @@ pub fn compile_traces(
     traces: &[Trace],
     opts: &CompileOptions,
 ) -> Result<Compiled, warmstart_plan::compile::CompileError> {
-    let mapper = device::fiemap::Mapper::default();
+    let mapper = warmstart_sys::fiemap::PhysicalMap::default();
     let mut compiled = compile(traces, opts, &|f, off| mapper.physical(&f.path, off))?;
     compiled.plan.meta.created_unix_ms = store::now_ms();
     Ok(compiled)
@@ -229,7 +252,12 @@ pub fn run(
     let name = match profile {
         Some(n) if !valid_name(n) => return Err(Error::BadName(n.to_string())),
         Some(n) => n.to_string(),
-        None => name_for(&canonical(program.as_deref(), &text[0]), &text),
+        // SAFETY: geteuid has no preconditions.
+        None => name_for(
+            unsafe { libc::geteuid() },
+            &canonical(program.as_deref(), &text[0]),
+            &text,
+        ),
     };
     // No state to keep, or none that can be read: the launch still
     // happens, unmanaged.
@@ -251,6 +279,19 @@ pub fn run(
     };
     let store = match Store::open(&cfg.state_dir) {
         Ok(s) => s,
+        Err(e) => return unmanaged(&e),
+    };
+    // One writer per profile: a second launch of the same command while
+    // the first is learned, or while the daemon saves it, runs unmanaged
+    // rather than racing it for trace numbers and the plan. Released when
+    // this process ends or execs (the descriptor is close-on-exec).
+    let _lock = match store.lock_within(&name, PROFILE_LOCK_WAIT) {
+        Ok(Some(l)) => l,
+        Ok(None) => {
+            return unmanaged(&format!(
+            "profile {name} is in use by another warmstart (a concurrent launch of this command)"
+        ))
+        }
         Err(e) => return unmanaged(&e),
     };
     let mut prof = match store.load(&name) {
@@ -390,6 +431,24 @@ pub(crate) fn relearn(
     prof.relearned += 1;
     prof.note = Some(format!("relearning: {why}"));
     report.relearn_reason = Some(why);
+}
+
+/// Sends profile `name` back to learning if it is prefetching, keeping its
+/// plan to prefetch the unchanged files with meanwhile (`warmstart
+/// changed`, after a package upgrade replaced some of its files). Returns
+/// whether it was prefetching.
+pub fn mark_relearn(store: &Store, name: &str, why: &str) -> Result<bool, Error> {
+    let Some(mut prof) = store.load(name)? else {
+        return Ok(false);
+    };
+    if prof.phase != Phase::Prefetching {
+        return Ok(false);
+    }
+    let mut report = LaunchReport::new(name, prof.phase);
+    relearn(&mut prof, store, why.to_string(), true, &mut report);
+    prof.audit_next = false;
+    store.save(&mut prof)?;
+    Ok(true)
 }
 
 /// Keeps a trace in the profile; compiles once there are enough.
@@ -865,10 +924,8 @@ fn warm_windows(plan: &Plan) -> Vec<(String, u64, u64)> {
 /// cold cache each open walks directories read from disk, and the cold
 /// launch's replay waits for this check.
 fn windows_cached(windows: &[(String, u64, u64)]) -> bool {
-    use warmstart_replay::Backend;
-    let backend = RealBackend::new();
     // Samples often land in the same large file: open each file once.
-    let mut open: HashMap<&str, _> = HashMap::new();
+    let mut open: HashMap<&str, std::fs::File> = HashMap::new();
     let (mut resident, mut pages) = (0u64, 0u64);
     // At least as many pages as the check will count (a window's pages,
     // cut at the end of its file), so stopping early never changes the answer.
@@ -880,16 +937,19 @@ fn windows_cached(windows: &[(String, u64, u64)]) -> bool {
         if (pages - resident) * 10 > all {
             return false;
         }
-        let h = match open.entry(path.as_str()) {
+        let f = match open.entry(path.as_str()) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(e) => {
-                let Ok((h, _)) = backend.open_file(Path::new(path)) else {
+                // A plan's path: a regular file only, never a FIFO or device.
+                let Ok(o) = warmstart_sys::open(path) else {
                     return false;
                 };
-                e.insert(h)
+                e.insert(o.file)
             }
         };
-        let Ok(r) = backend.cached_pages(h, *start, *len) else {
+        // cachestat counts pages still being read too: enough to tell a
+        // warm cache from a cold one, and no mapping per window.
+        let Ok(r) = warmstart_sys::residency::cached_or_resident(f, *start, *len) else {
             return false;
         };
         resident += r.resident;
@@ -979,6 +1039,24 @@ fn uncovered_bytes(plan: &Plan, audit: &Trace) -> u64 {
 mod tests {
     use super::*;
 
+    #[test]
+    fn the_warm_check_counts_cached_regular_files_only() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("f");
+        std::fs::write(&f, vec![1u8; 64 * 1024]).unwrap();
+        let path = f.display().to_string();
+        // Just written: cached.
+        assert!(windows_cached(&[(path.clone(), 0, 64 * 1024)]));
+        // A plan path swapped for a FIFO: not warm, and not opened.
+        let fifo = d.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a NUL-terminated path that outlives the call.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        let fifo = fifo.display().to_string();
+        assert!(!windows_cached(&[(path, 0, 4096), (fifo, 0, 4096)]));
+        assert!(!windows_cached(&[]));
+    }
+
     /// A plan reading `(offset, len)` ranges of one file, `/a`.
     fn plan_of_a(ranges: Vec<(u64, u64)>) -> Plan {
         use warmstart_plan::plan::{PlanFile, PlanMeta};
@@ -1015,6 +1093,27 @@ mod tests {
         assert!(a.starts_with("sh-"));
         assert!(valid_name(&a));
         assert!(valid_name(&profile_name(&["./weird name!".into()])));
+        // Argument boundaries count.
+        assert_ne!(
+            profile_name(&["sh".into(), "a".into(), "b c".into()]),
+            profile_name(&["sh".into(), "a b".into(), "c".into()])
+        );
+    }
+
+    #[test]
+    fn profile_names_are_per_user_and_always_valid() {
+        let argv: Vec<String> = vec!["/bin/sh".into(), "x".into()];
+        let root = profile_name_for(0, &argv);
+        let user = profile_name_for(1000, &argv);
+        assert_ne!(root, user);
+        assert!(root.starts_with("sh-u0-") && user.starts_with("sh-u1000-"));
+        // Same command, same user: same profile.
+        assert_eq!(user, profile_name_for(1000, &argv));
+        // A very long or empty program name still gives a valid name.
+        for exe in ["x".repeat(300), "...".into(), "é".repeat(100)] {
+            let n = profile_name_for(u32::MAX, std::slice::from_ref(&exe));
+            assert!(valid_name(&n), "{exe:?} -> {n:?}");
+        }
     }
 
     #[test]

@@ -111,14 +111,41 @@ pub fn default_state_dir() -> PathBuf {
     home.join(".local/state/warmstart")
 }
 
+/// Longest profile name created. Names are built short enough
+/// ([`crate::manager::profile_name`] keeps at most 64 characters of the
+/// program's name), so every profile created is also listed.
+pub const MAX_NAME: usize = 128;
+
 /// A profile name is a file name: letters, digits, `-`, `_`, `.`.
 pub fn valid_name(name: &str) -> bool {
     !name.is_empty()
-        && name.len() <= 128
+        && name.len() <= MAX_NAME
         && !name.starts_with('.')
         && name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+}
+
+/// A directory in `profiles/` that `status` shows and `forget` removes:
+/// any entry but hidden ones (temporary files) and `..`-like names, so
+/// that a profile left by an older version under a name that would not
+/// be created today can still be seen and forgotten.
+pub fn listable_name(name: &str) -> bool {
+    !name.is_empty() && name.len() <= 255 && !name.starts_with('.') && !name.contains('/')
+}
+
+/// How long a temporary file may stay before [`Store::sweep`] takes it
+/// for the leftover of a killed writer. A writer renames its file within
+/// milliseconds; an hour leaves room for a stopped (Ctrl-Z) one.
+pub const LEFTOVER_AGE: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// An exclusive lock on one profile, shared by `warmstart run` and the
+/// daemon (`flock` on the profile's directory): whoever holds it is the
+/// only one adding traces to, compiling or saving that profile. Released
+/// when dropped, or when its process dies.
+#[derive(Debug)]
+pub struct ProfileLock {
+    _dir: std::fs::File,
 }
 
 impl Store {
@@ -221,26 +248,113 @@ impl Store {
         write_atomic(&dir.join("profile.json"), &bytes)
     }
 
-    /// The names of all profile directories, sorted, readable or not.
-    pub fn names(&self) -> Vec<String> {
-        let mut names: Vec<String> = std::fs::read_dir(self.root.join("profiles"))
-            .map(|rd| {
-                rd.flatten()
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .filter(|n| valid_name(n))
-                    .collect()
-            })
-            .unwrap_or_default();
+    /// The names of all profile directories, sorted, readable or not. A
+    /// state directory that cannot be read is an error (permission denied
+    /// is not "no profiles"); one that does not exist yet has none.
+    pub fn names(&self) -> Result<Vec<String>, Error> {
+        let dir = self.root.join("profiles");
+        let rd = match std::fs::read_dir(&dir) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(Error::io(&dir, e)),
+        };
+        let mut names = Vec::new();
+        for e in rd {
+            let e = e.map_err(|e| Error::io(&dir, e))?;
+            let Ok(n) = e.file_name().into_string() else {
+                continue;
+            };
+            if listable_name(&n) && e.file_type().is_ok_and(|t| t.is_dir()) {
+                names.push(n);
+            }
+        }
         names.sort();
-        names
+        Ok(names)
     }
 
-    /// All profiles, by name. Unreadable ones are returned as errors in place.
-    pub fn list(&self) -> Vec<Result<Profile, Error>> {
-        self.names()
+    /// All profiles, by name. Unreadable ones are returned as errors in
+    /// place; a state directory that cannot be read is an error.
+    pub fn list(&self) -> Result<Vec<Result<Profile, Error>>, Error> {
+        Ok(self
+            .names()?
             .into_iter()
             .filter_map(|n| self.load(&n).transpose())
-            .collect()
+            .collect())
+    }
+
+    /// Takes the profile's lock without waiting; `None` when another
+    /// process holds it (a second launch of the same command: it runs,
+    /// but only the first learns from its launch).
+    pub fn try_lock(&self, name: &str) -> Result<Option<ProfileLock>, Error> {
+        use std::os::fd::AsRawFd;
+        if !valid_name(name) {
+            return Err(Error::BadName(name.to_string()));
+        }
+        let dir = self.dir(name);
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+        let f = std::fs::File::open(&dir).map_err(|e| Error::io(&dir, e))?;
+        // SAFETY: flock on a descriptor we own; no memory is involved.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(Some(ProfileLock { _dir: f }));
+        }
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            return Ok(None);
+        }
+        Err(Error::io(&dir, e))
+    }
+
+    /// [`Store::try_lock`], retried for up to `wait`: the daemon holds a
+    /// profile's lock only while it saves, a learning `run` for its whole
+    /// launch.
+    pub fn lock_within(
+        &self,
+        name: &str,
+        wait: std::time::Duration,
+    ) -> Result<Option<ProfileLock>, Error> {
+        let until = std::time::Instant::now() + wait;
+        loop {
+            if let Some(l) = self.try_lock(name)? {
+                return Ok(Some(l));
+            }
+            if std::time::Instant::now() >= until {
+                return Ok(None);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
+    /// Removes what writers killed mid-write left behind: temporary files
+    /// (`.NAME.XXXX.tmp`) older than `max_age` in the state directory and
+    /// in each profile. Returns how many were removed.
+    pub fn sweep(&self, max_age: std::time::Duration) -> Result<usize, Error> {
+        let mut dirs = vec![self.root.clone()];
+        dirs.extend(self.names()?.into_iter().map(|n| self.dir(&n)));
+        let now = std::time::SystemTime::now();
+        let mut removed = 0;
+        for d in dirs {
+            let Ok(rd) = std::fs::read_dir(&d) else {
+                continue;
+            };
+            for e in rd.flatten() {
+                let n = e.file_name();
+                let n = n.to_string_lossy();
+                if !(n.starts_with('.') && n.ends_with(".tmp")) {
+                    continue;
+                }
+                let old = e
+                    .metadata()
+                    .ok()
+                    .filter(|m| m.is_file())
+                    .and_then(|m| m.modified().ok())
+                    .and_then(|t| now.duration_since(t).ok())
+                    .is_some_and(|age| age >= max_age);
+                if old && std::fs::remove_file(e.path()).is_ok() {
+                    removed += 1;
+                }
+            }
+        }
+        Ok(removed)
     }
 
     /// Rebuilds a profile whose `profile.json` does not parse (`why`) from
@@ -317,7 +431,7 @@ impl Store {
     /// Removes a profile and everything it learned. Only a profile's name:
     /// an absolute path or `..` would name a directory outside the store.
     pub fn forget(&self, name: &str) -> Result<bool, Error> {
-        if !valid_name(name) {
+        if !listable_name(name) {
             return Err(Error::BadName(name.to_string()));
         }
         let dir = self.dir(name);
@@ -336,9 +450,11 @@ pub fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// Writes via a temporary file in the same directory, then renames. The
-/// temporary file gets a random name and is created exclusively (never
-/// through a symlink someone planted), and is removed if anything fails.
+/// Writes via a temporary file in the same directory, synced, then renamed,
+/// then the directory synced. The temporary file gets a random name and is
+/// created exclusively (never through a symlink someone planted), and is
+/// removed if anything fails; a symlink at `path` is replaced, never
+/// written through.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
     use std::io::Write;
     let dir = match path.parent() {
@@ -358,8 +474,18 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
         .tempfile_in(dir)
         .map_err(|e| Error::io(path, bare(e)))?;
     tmp.write_all(bytes).map_err(|e| Error::io(path, bare(e)))?;
+    // Durable before it is visible: after a crash the name holds either
+    // the old bytes or all of the new ones, never an empty file (ext4's
+    // delayed allocation would otherwise allow that).
+    tmp.as_file()
+        .sync_all()
+        .map_err(|e| Error::io(path, bare(e)))?;
     tmp.persist(path)
         .map_err(|e| Error::io(path, bare(e.error)))?;
+    // And the rename itself.
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Error::io(dir, e))?;
     Ok(())
 }
 
@@ -517,12 +643,83 @@ mod tests {
         assert!(s.load("nope").unwrap().is_none());
         std::fs::create_dir_all(s.dir("broken")).unwrap();
         std::fs::write(s.dir("broken").join("profile.json"), b"{not json").unwrap();
-        let all = s.list();
+        let all = s.list().unwrap();
         assert_eq!(all.len(), 2);
         assert!(all
             .iter()
             .any(|r| r.as_ref().is_err_and(|e| e.to_string().contains("broken"))));
         assert!(s.forget("app-1").unwrap());
         assert!(!s.forget("app-1").unwrap());
+    }
+
+    #[test]
+    fn every_profile_directory_is_listed_and_forgettable() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Store::open(d.path()).unwrap();
+        // A name no version creates today (too long, odd characters).
+        let odd = format!("{}-x y", "n".repeat(200));
+        std::fs::create_dir_all(s.dir(&odd)).unwrap();
+        std::fs::create_dir_all(s.dir(".hidden")).unwrap();
+        std::fs::write(d.path().join("profiles/a-file"), b"").unwrap();
+        assert_eq!(s.names().unwrap(), vec![odd.clone()]);
+        assert!(s.forget(&odd).unwrap());
+        assert!(s.names().unwrap().is_empty());
+        assert!(s.forget("../escape").is_err());
+        assert!(s.forget("a/b").is_err());
+    }
+
+    #[test]
+    fn an_unreadable_state_directory_is_an_error_not_an_empty_one() {
+        let d = tempfile::tempdir().unwrap();
+        // Missing: nothing learned yet.
+        assert!(Store::at(&d.path().join("none"))
+            .names()
+            .unwrap()
+            .is_empty());
+        // Not a directory (as root, permissions would not stop a read).
+        std::fs::write(d.path().join("profiles"), b"").unwrap();
+        let err = Store::at(d.path()).list().unwrap_err().to_string();
+        assert!(err.contains("profiles"), "{err}");
+    }
+
+    #[test]
+    fn a_profile_lock_is_exclusive_until_dropped() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Store::open(d.path()).unwrap();
+        let held = s.try_lock("app-1").unwrap().expect("free");
+        // flock locks belong to the open file: a second open conflicts even
+        // in this process, as another `run` or the daemon would.
+        assert!(s.try_lock("app-1").unwrap().is_none());
+        assert!(s.try_lock("app-2").unwrap().is_some());
+        drop(held);
+        assert!(s.try_lock("app-1").unwrap().is_some());
+        assert!(s.try_lock("../x").is_err());
+    }
+
+    #[test]
+    fn sweep_removes_old_leftovers_only() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Store::open(d.path()).unwrap();
+        let mut p = Profile::new("app-1", &["app".into()]);
+        s.save(&mut p).unwrap();
+        let old = s.dir("app-1").join(".plan.abc123.tmp");
+        let fresh = s.dir("app-1").join(".profile.json.def456.tmp");
+        let top = d.path().join(".learn.json.xyz.tmp");
+        for f in [&old, &fresh, &top] {
+            std::fs::write(f, b"half").unwrap();
+        }
+        let long_ago = std::time::SystemTime::now() - 2 * LEFTOVER_AGE;
+        for f in [&old, &top] {
+            std::fs::File::options()
+                .write(true)
+                .open(f)
+                .unwrap()
+                .set_modified(long_ago)
+                .unwrap();
+        }
+        assert_eq!(s.sweep(LEFTOVER_AGE).unwrap(), 2);
+        assert!(!old.exists() && !top.exists());
+        assert!(fresh.exists(), "a writer may still be using it");
+        assert!(s.dir("app-1").join("profile.json").exists());
     }
 }

@@ -1,24 +1,20 @@
 //! Making a launch cold without flushing the whole system: drop the page
 //! cache of the launch's own files (POSIX_FADV_DONTNEED), known from a
 //! trace or a plan. Dropping every cache is available, but only on request.
-
-use std::fs::File;
-use std::os::fd::AsRawFd;
+//!
+//! The paths come from a trace, which a user may have written: each is
+//! opened through [`warmstart_sys::open`], so a path that now names a
+//! FIFO, a device or a symlink is skipped without being opened.
 
 /// Evicts each path's cached pages. Dirty pages are not written here, so
 /// they stay (warmstart never writes to an application's files). Returns
-/// how many files were evicted; unreadable ones are skipped.
+/// how many files were evicted; anything but a readable regular file is
+/// skipped.
 pub fn evict_files<'a>(paths: impl IntoIterator<Item = &'a str>) -> usize {
-    let mut n = 0;
-    for p in paths {
-        let Ok(f) = File::open(p) else { continue };
-        // SAFETY: fadvise on a descriptor we own; no memory is passed.
-        let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-        if rc == 0 {
-            n += 1;
-        }
-    }
-    n
+    paths
+        .into_iter()
+        .filter(|p| warmstart_sys::fadvise::evict(p).is_ok())
+        .count()
 }
 
 /// Drops the whole page cache, dentries and inodes (needs root). This
@@ -30,16 +26,35 @@ pub fn drop_all_caches() -> std::io::Result<()> {
 }
 
 /// Evicts the block-device pages holding metadata of the given devices
-/// (st_rdev numbers), where the device node can be opened.
+/// (st_rdev numbers), where udev's `/dev/block/MAJ:MIN` link names that
+/// very block device.
 pub fn evict_devices(devices: impl IntoIterator<Item = u64>) -> usize {
-    let mut n = 0;
-    for d in devices {
-        let path = format!("/dev/block/{}:{}", libc::major(d), libc::minor(d));
-        let Ok(f) = File::open(&path) else { continue };
-        // SAFETY: fadvise on a descriptor we own; no memory is passed.
-        if unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) } == 0 {
-            n += 1;
-        }
+    devices
+        .into_iter()
+        .filter(|&d| {
+            let node = format!("/dev/block/{}:{}", libc::major(d), libc::minor(d));
+            warmstart_sys::fadvise::evict_device(node, d).is_ok()
+        })
+        .count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_regular_files_are_evicted() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("f");
+        std::fs::write(&f, b"x").unwrap();
+        let null = d.path().join("null");
+        std::os::unix::fs::symlink("/dev/null", &null).unwrap();
+        let paths = [
+            f.to_str().unwrap(),
+            null.to_str().unwrap(),
+            d.path().to_str().unwrap(),
+            "/nonexistent",
+        ];
+        assert_eq!(evict_files(paths), 1);
     }
-    n
 }

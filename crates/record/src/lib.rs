@@ -87,7 +87,9 @@ pub struct Recorded {
     /// Why the better backends were not used (Auto only).
     pub fallbacks: Vec<String>,
     running: Running,
-    signals: SignalForwarder,
+    /// Forwards signals to the command while it runs; dropped once it has
+    /// exited, so that a signal then stops warmstart itself.
+    signals: Option<SignalForwarder>,
     /// The command's exit, if it already happened.
     pub exit: Option<Exit>,
 }
@@ -99,7 +101,9 @@ impl Recorded {
             return Ok(e);
         }
         loop {
-            self.signals.forward(&self.running);
+            if let Some(signals) = &mut self.signals {
+                signals.forward(&self.running);
+            }
             if let Some(e) = self.running.try_wait()? {
                 return Ok(e);
             }
@@ -175,6 +179,15 @@ pub fn record<S: AsRef<std::ffi::OsStr>>(
         if start.elapsed() >= opts.timeout {
             break EndReason::Timeout;
         }
+    };
+    // Once the command has exited there is nobody to forward to: drop the
+    // forwarder, so SIGINT/SIGTERM while the trace is finished and its
+    // files named stop `record` instead of being caught and held.
+    let signals = if exit.is_some() {
+        drop(signals);
+        None
+    } else {
+        Some(signals)
     };
     src.finish(&mut buf)?;
     agg.take(&mut buf);

@@ -133,8 +133,8 @@ impl Resolver {
             if let Some(interp) = elf_interpreter(Path::new(&exe)) {
                 if let Ok(canon) = std::fs::canonicalize(&interp) {
                     let canon = canon.display().to_string();
-                    if let Ok(m) = std::fs::metadata(&canon) {
-                        self.note(m.dev(), m.ino(), canon);
+                    if let Ok((id, _)) = warmstart_sys::open::inspect(&canon, false) {
+                        self.note(id.dev, id.ino, canon);
                     }
                 }
             }
@@ -185,27 +185,56 @@ impl Resolver {
     }
 }
 
-/// stat(path) and check it is still the same (dev, ino).
+/// What `path` names now, if it is still the inode (dev, ino) the kernel
+/// reported. The path is not followed if it became a symlink (recorded
+/// paths have none) and nothing is opened for reading, so a swapped-in
+/// FIFO or device costs one `O_PATH` open and an `fstat`.
 pub fn identify(path: &str, key: (u64, u64)) -> Option<FileInfo> {
-    let m = std::fs::metadata(path).ok()?;
-    if (m.dev(), m.ino()) != key {
+    let (id, kind) = warmstart_sys::open::inspect(path, false).ok()?;
+    if (id.dev, id.ino) != key {
         return None;
     }
     Some(FileInfo {
         path: Some(path.to_string()),
-        id: file_id(&m),
-        file_type: FileType::from_mode(m.mode()),
+        id: file_id_of(id),
+        file_type: file_type_of(kind),
     })
 }
 
 /// A file's identity from its metadata.
 pub fn file_id(m: &std::fs::Metadata) -> FileId {
+    file_id_of(warmstart_sys::FileIdentity::from_metadata(m))
+}
+
+/// The trace's form of an identity from [`warmstart_sys`].
+pub fn file_id_of(id: warmstart_sys::FileIdentity) -> FileId {
     FileId {
-        dev: m.dev(),
-        ino: m.ino(),
-        size: m.size(),
-        mtime_ns: m.mtime() * 1_000_000_000 + m.mtime_nsec(),
-        ctime_ns: m.ctime() * 1_000_000_000 + m.ctime_nsec(),
+        dev: id.dev,
+        ino: id.ino,
+        size: id.size,
+        mtime_ns: id.mtime_ns,
+        ctime_ns: id.ctime_ns,
+    }
+}
+
+/// The [`warmstart_sys`] form of a trace's identity.
+pub fn identity_of(id: &FileId) -> warmstart_sys::FileIdentity {
+    warmstart_sys::FileIdentity {
+        dev: id.dev,
+        ino: id.ino,
+        size: id.size,
+        mtime_ns: id.mtime_ns,
+        ctime_ns: id.ctime_ns,
+    }
+}
+
+fn file_type_of(kind: warmstart_sys::FileKind) -> FileType {
+    use warmstart_sys::FileKind as K;
+    match kind {
+        K::Regular => FileType::Regular,
+        K::Directory => FileType::Directory,
+        K::Symlink => FileType::Symlink,
+        _ => FileType::Other,
     }
 }
 
@@ -213,11 +242,16 @@ pub fn file_id(m: &std::fs::Metadata) -> FileId {
 /// the file: the header, program headers and interpreter path sit in its
 /// first page in practice, and a whole binary would be a cold read of
 /// megabytes at the end of every recording.
+///
+/// `path` is an executed path the kernel reported, which an unprivileged
+/// program may since have replaced: it is opened through
+/// [`warmstart_sys::open`] (no final symlink, a regular file only, checked
+/// before any read), so a FIFO or a device there is never opened.
 pub fn elf_interpreter(path: &Path) -> Option<String> {
     use goblin::elf::program_header;
     use std::io::Read;
     let mut head = vec![0u8; 16 * 1024];
-    let mut f = std::fs::File::open(path).ok()?;
+    let mut f = warmstart_sys::open(path).ok()?.file;
     let n = f.read(&mut head).ok()?;
     head.truncate(n);
     let h = goblin::elf::Elf::parse_header(&head).ok()?;
@@ -339,7 +373,38 @@ mod tests {
 
     #[test]
     fn interpreter_of_a_real_binary() {
-        let interp = elf_interpreter(Path::new("/bin/sh")).expect("/bin/sh is dynamic");
+        // /bin/sh is often a symlink; recorded paths never are.
+        let sh = std::fs::canonicalize("/bin/sh").unwrap();
+        let interp = elf_interpreter(&sh).expect("/bin/sh is dynamic");
         assert!(interp.contains("ld-linux"), "{interp}");
+    }
+
+    #[test]
+    fn a_swapped_executable_is_not_opened() {
+        let d = tempfile::tempdir().unwrap();
+        let fifo = d.path().join("prog");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a NUL-terminated path that outlives the call.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (f, dir) = (fifo.clone(), d.path().to_path_buf());
+        std::thread::spawn(move || {
+            let link = dir.join("link");
+            std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
+            let _ = tx.send((
+                elf_interpreter(&f),
+                elf_interpreter(&link),
+                elf_interpreter(&dir),
+            ));
+        });
+        let got = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("elf_interpreter blocked on a FIFO");
+        assert_eq!(got, (None, None, None));
+        // Its identity is read without opening it, and is not the one a
+        // recorded (dev, ino) of another file would have.
+        let m = std::fs::symlink_metadata(&fifo).unwrap();
+        assert!(identify(fifo.to_str().unwrap(), (m.dev(), m.ino())).is_some());
+        assert!(identify(fifo.to_str().unwrap(), (m.dev(), m.ino() + 1)).is_none());
     }
 }

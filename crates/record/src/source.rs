@@ -143,6 +143,25 @@ struct TracefsSource {
     reader: Option<std::thread::JoinHandle<()>>,
 }
 
+/// Removes the tracefs instances (`warmstart-PID`) of recorders whose
+/// process is gone. Returns how many were removed.
+fn sweep_stale_instances(instances: &Path, proc: &Path) -> usize {
+    let Ok(rd) = fs::read_dir(instances) else {
+        return 0;
+    };
+    rd.flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(|n| n.strip_prefix("warmstart-"))
+                .and_then(|pid| pid.parse::<u32>().ok())
+                .is_some_and(|pid| !proc.join(pid.to_string()).exists())
+        })
+        // rmdir is how tracefs removes an instance.
+        .filter(|e| fs::remove_dir(e.path()).is_ok())
+        .count()
+}
+
 const TRACEFS_EVENTS: &[&str] = &[
     "filemap/mm_filemap_add_to_page_cache",
     "filemap/mm_filemap_get_pages",
@@ -158,6 +177,9 @@ impl TracefsSource {
         warmstart_bpf::ensure_tracefs()
             .map_err(|e| Error::Tracefs(format!("cannot mount tracefs: {e}")))?;
         let root = warmstart_bpf::tracefs_root();
+        // Instances of recorders that were killed stay, each with its
+        // 16 MiB of buffers per CPU, until someone removes them.
+        sweep_stale_instances(&root.join("instances"), Path::new("/proc"));
         let dir = root
             .join("instances")
             .join(format!("warmstart-{}", std::process::id()));
@@ -360,8 +382,17 @@ pub fn parse_tracefs_line(line: &str) -> Option<Event> {
     }
 }
 
+/// The file tracefs says was exec'd. Its `filename=` is the path as given
+/// to execve (`/bin/sh`, often a symlink); the BPF source reports the
+/// resolved one. Resolved here too (realpath: lstat and readlink, no
+/// open), because recorded paths are later identified and opened without
+/// following a final symlink.
 fn exec_file(path: &str) -> KFile {
-    let m = fs::metadata(path).ok();
+    let resolved = fs::canonicalize(path)
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| path.to_string());
+    let path = resolved.as_str();
+    let m = fs::symlink_metadata(path).ok();
     KFile {
         dev: m
             .as_ref()
@@ -418,9 +449,22 @@ impl Source for MincoreSource {
     fn finish(&mut self, out: &mut Vec<Event>) -> Result<(), Error> {
         let ts = monotonic_ns();
         for s in &self.known {
-            let Ok(f) = File::open(&s.path) else { continue };
+            // A path from /proc that may since name something else: only
+            // the inode seen, and never a FIFO or a device.
+            let seen = warmstart_sys::FileIdentity {
+                dev: s.dev,
+                ino: s.ino,
+                ..Default::default()
+            };
+            let Ok(o) = warmstart_sys::OpenOptions::file()
+                .expect(seen, warmstart_sys::identity::Match::Inode)
+                .open(&s.path)
+            else {
+                continue;
+            };
+            let f = o.file;
             let kdev = ((libc::major(s.dev) as u32) << 20) | libc::minor(s.dev);
-            for (index, count) in resident_runs(&f).unwrap_or_default() {
+            for (index, count) in warmstart_sys::residency::resident_runs(&f).unwrap_or_default() {
                 out.push(Event::Page {
                     kind: PageKind::Read,
                     pid: 0,
@@ -440,50 +484,40 @@ impl Source for MincoreSource {
     }
 }
 
-/// Runs of resident pages of a file, as (first page, count), via mincore.
-pub fn resident_runs(f: &File) -> std::io::Result<Vec<(u64, u64)>> {
-    use std::os::fd::AsFd;
-    let len = f.metadata()?.len() as usize;
-    if len == 0 {
-        return Ok(Vec::new());
-    }
-    // SAFETY: a private read-only mapping of a file we opened; it is only
-    // passed to mincore, never dereferenced, and unmapped before returning.
-    let addr = unsafe {
-        nix::sys::mman::mmap(
-            None,
-            std::num::NonZeroUsize::new(len).expect("len > 0"),
-            nix::sys::mman::ProtFlags::PROT_READ,
-            nix::sys::mman::MapFlags::MAP_SHARED,
-            f.as_fd(),
-            0,
-        )
-    }?;
-    let pages = len.div_ceil(4096);
-    let mut vec = vec![0u8; pages];
-    // SAFETY: addr/len describe the mapping created above; vec has one
-    // byte per page as mincore requires.
-    let rc = unsafe { libc::mincore(addr.as_ptr(), len, vec.as_mut_ptr()) };
-    // SAFETY: unmapping exactly what mmap returned.
-    let _ = unsafe { nix::sys::mman::munmap(addr, len) };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let mut runs: Vec<(u64, u64)> = Vec::new();
-    for (i, b) in vec.iter().enumerate() {
-        if b & 1 == 1 {
-            match runs.last_mut() {
-                Some((s, c)) if *s + *c == i as u64 => *c += 1,
-                _ => runs.push((i as u64, 1)),
-            }
-        }
-    }
-    Ok(runs)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stale_tracefs_instances_are_swept() {
+        let d = tempfile::tempdir().unwrap();
+        let (inst, proc) = (d.path().join("instances"), d.path().join("proc"));
+        for n in ["warmstart-10", "warmstart-11", "warmstart-x", "other-12"] {
+            std::fs::create_dir_all(inst.join(n)).unwrap();
+        }
+        std::fs::create_dir_all(proc.join("11")).unwrap(); // still running
+        assert_eq!(sweep_stale_instances(&inst, &proc), 1);
+        let mut left: Vec<_> = std::fs::read_dir(&inst)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["other-12", "warmstart-11", "warmstart-x"]);
+    }
+
+    #[test]
+    fn a_tracefs_exec_names_the_resolved_program() {
+        let d = tempfile::tempdir().unwrap();
+        let prog = d.path().join("prog");
+        std::fs::write(&prog, b"#!/bin/sh\n").unwrap();
+        let link = d.path().join("link");
+        std::os::unix::fs::symlink(&prog, &link).unwrap();
+        let f = exec_file(link.to_str().unwrap());
+        let named: Vec<&str> = f.path.components.iter().rev().map(String::as_str).collect();
+        let want = std::fs::canonicalize(&prog).unwrap();
+        assert_eq!(format!("/{}", named.join("/")), want.display().to_string());
+        assert_eq!(f.ino, std::fs::metadata(&prog).unwrap().ino());
+    }
 
     #[test]
     fn tracefs_lines() {
@@ -510,15 +544,5 @@ mod tests {
         for (line, want) in cases {
             assert_eq!(parse_tracefs_line(line), want, "{line}");
         }
-    }
-
-    #[test]
-    fn resident_runs_of_a_cached_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("f");
-        std::fs::write(&p, vec![1u8; 3 * 4096]).unwrap();
-        let f = File::open(&p).unwrap();
-        let runs = resident_runs(&f).unwrap();
-        assert_eq!(runs, vec![(0, 3)], "a file just written is cached");
     }
 }

@@ -311,8 +311,12 @@ impl Running {
         }
     }
 
-    /// Sends a signal to the child.
+    /// Sends a signal to the child, unless it has been reaped: its pid may
+    /// then be another process's.
     pub fn signal(&self, sig: i32) {
+        if self.exit.is_some() {
+            return;
+        }
         if let Ok(s) = Signal::try_from(sig) {
             let _ = kill(self.pid, s);
         }

@@ -51,7 +51,10 @@ pub enum LookupOutcome {
     StatOnly,
 }
 
-/// I/O priority for the replay threads (`ioprio_set(2)`).
+/// I/O priority for the replay threads (`ioprio_set(2)`): the classes of
+/// [`warmstart_sys::sched::IoPriority`] a replay may use. Real-time is left
+/// out on purpose: prefetching must never be served ahead of the
+/// application's own reads.
 ///
 /// The priority is attached to the requests a thread submits, so it orders
 /// prefetch I/O against the application's own reads where the scheduler
@@ -65,27 +68,24 @@ pub enum IoPriority {
 }
 
 impl IoPriority {
-    const CLASS_SHIFT: u32 = 13;
-    const CLASS_BE: u16 = 2;
-    const CLASS_IDLE: u16 = 3;
-
     /// The value `ioprio_set` takes (`IOPRIO_PRIO_VALUE(class, level)`).
     pub fn raw(self) -> u16 {
-        match self {
-            IoPriority::Idle => Self::CLASS_IDLE << Self::CLASS_SHIFT,
-            IoPriority::BestEffort(level) => {
-                (Self::CLASS_BE << Self::CLASS_SHIFT) | u16::from(level.min(7))
-            }
+        warmstart_sys::sched::IoPriority::from(self).raw()
+    }
+}
+
+impl From<IoPriority> for warmstart_sys::sched::IoPriority {
+    fn from(p: IoPriority) -> Self {
+        match p {
+            IoPriority::Idle => warmstart_sys::sched::IoPriority::Idle,
+            IoPriority::BestEffort(level) => warmstart_sys::sched::IoPriority::BestEffort(level),
         }
     }
 }
 
 impl fmt::Display for IoPriority {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            IoPriority::Idle => f.write_str("idle"),
-            IoPriority::BestEffort(level) => write!(f, "best-effort:{level}"),
-        }
+        warmstart_sys::sched::IoPriority::from(*self).fmt(f)
     }
 }
 
@@ -94,18 +94,14 @@ impl FromStr for IoPriority {
 
     /// Parses `idle`, `best-effort:N` or `be:N` (N in 0..=7).
     fn from_str(s: &str) -> Result<Self, String> {
-        if s == "idle" {
-            return Ok(IoPriority::Idle);
-        }
-        let level = s
-            .strip_prefix("best-effort:")
-            .or_else(|| s.strip_prefix("be:"))
-            .ok_or_else(|| {
-                format!("unknown I/O priority {s:?} (expected idle, be:N or best-effort:N)")
-            })?;
-        match level.parse::<u8>() {
-            Ok(n) if n <= 7 => Ok(IoPriority::BestEffort(n)),
-            _ => Err(format!("best-effort level must be 0..=7, got {level:?}")),
+        use warmstart_sys::sched::IoPriority as Any;
+        let wrong = || format!("unknown I/O priority {s:?} (expected idle, be:N or best-effort:N)");
+        match s.parse::<Any>() {
+            Ok(Any::Idle) => Ok(IoPriority::Idle),
+            Ok(Any::BestEffort(n)) => Ok(IoPriority::BestEffort(n)),
+            Ok(Any::None | Any::RealTime(_)) => Err(wrong()),
+            Err(e) if s.starts_with("be:") || s.starts_with("best-effort:") => Err(e),
+            Err(_) => Err(wrong()),
         }
     }
 }
@@ -249,6 +245,14 @@ pub trait Backend: Sync {
         None
     }
 
+    /// The type of the filesystem mounted from block device `device`, as
+    /// `/proc/self/mountinfo` names it (`ext4`, `xfs`, `btrfs`), if it is
+    /// mounted and known. It decides whether reading the device fills the
+    /// filesystem's metadata cache (see [`crate::device_reads_reach`]).
+    fn device_filesystem(&self, _device: u64) -> Option<String> {
+        None
+    }
+
     /// Asks the kernel to read `offset..offset+len` into the page cache
     /// without waiting for it. The engine never passes more than
     /// [`Backend::read_ahead`] bytes.
@@ -346,6 +350,7 @@ mod tests {
             ),
             ("be:8", Err(()), None),
             ("rt:1", Err(()), None),
+            ("none", Err(()), None),
         ];
         for (text, want, raw) in cases {
             let got = text.parse::<IoPriority>();

@@ -29,9 +29,11 @@ pub enum ReplayError {
     /// A file of the plan could not be opened or its identity read.
     #[error("cannot open {path}: {source}", path = .path.display())]
     Open { path: PathBuf, source: io::Error },
-    /// A plan path now names something that is not a regular file.
-    #[error("{path} is not a regular file", path = .path.display())]
-    NotRegular { path: PathBuf },
+    /// A plan path now names something that is not a regular file
+    /// (`found`: a symlink, FIFO, directory, device or socket). It was not
+    /// opened for reading.
+    #[error("{path} is a {found}, not a regular file", path = .path.display())]
+    NotRegular { path: PathBuf, found: String },
     /// A block device holding metadata could not be opened (or its node does
     /// not name that device).
     #[error("cannot open block device {dev} ({path}): {source}", dev = dev_name(*.device), path = .path.display())]

@@ -4,7 +4,9 @@
 //!
 //! Data ranges are prefetched into each file's own page cache with
 //! `posix_fadvise(WILLNEED)` (FAST §4.2), metadata blocks into their block
-//! device's page cache, and path lookups are repeated to warm the dentry and
+//! device's page cache (first, merged in device order, on filesystems
+//! that read their metadata through it; see [`device_reads_reach`] and
+//! [`metadata_paths`]), and path lookups are repeated to warm the dentry and
 //! inode caches. Files are checked against their recorded identity first, a
 //! memory guard stops before the replay would push the system into reclaim,
 //! and nothing is ever written to the application's files.
@@ -28,11 +30,13 @@ mod real;
 mod report;
 
 pub use backend::{Backend, IoPriority, LookupOutcome, MemInfo, ReplayCpus, Residency};
-pub use engine::{monotonic_ns, replay, Engine, Options};
+pub use engine::{
+    device_reads_reach, metadata_paths, monotonic_ns, replay, Engine, Options, MAX_META_REQUEST,
+};
 pub use error::{dev_name, ReplayError};
 pub use mock::MockBackend;
-pub use real::{parse_meminfo, read_ahead_bytes, unusable_cpus, RealBackend, RealHandle};
+pub use real::{file_id, parse_meminfo, read_ahead_bytes, unusable_cpus, RealBackend, RealHandle};
 pub use report::{
-    Count, IdField, LookupCounts, MemoryReport, Report, SkipReason, SkippedDevice, SkippedFile,
-    Timings, WaitReport,
+    Count, IdField, LookupCounts, MemoryReport, MetaDevice, MetaPath, Report, SkipReason,
+    SkippedDevice, SkippedFile, Timings, WaitReport,
 };

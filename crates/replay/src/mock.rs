@@ -73,6 +73,7 @@ enum FileSpec {
 pub struct MockBackend {
     files: HashMap<PathBuf, FileSpec>,
     devices: HashSet<u64>,
+    device_fs: HashMap<u64, String>,
     read_ahead: HashMap<u64, u64>,
     lookups: HashMap<PathBuf, Result<LookupOutcome, i32>>,
     memory: Mutex<VecDeque<MemInfo>>,
@@ -113,6 +114,7 @@ impl MockBackend {
         MockBackend {
             files: HashMap::new(),
             devices: HashSet::new(),
+            device_fs: HashMap::new(),
             read_ahead: HashMap::new(),
             lookups: HashMap::new(),
             memory: Mutex::new(VecDeque::new()),
@@ -172,6 +174,12 @@ impl MockBackend {
     /// A block device that can be opened.
     pub fn with_device(mut self, device: u64) -> Self {
         self.devices.insert(device);
+        self
+    }
+
+    /// The filesystem mounted from `device` (`ext4`, `xfs`, ...).
+    pub fn with_device_fs(mut self, device: u64, fs: &str) -> Self {
+        self.device_fs.insert(device, fs.to_string());
         self
     }
 
@@ -270,6 +278,7 @@ impl Backend for MockBackend {
             Some(FileSpec::Fails(errno)) => Err(fail(*errno)),
             Some(FileSpec::NotRegular) => Err(ReplayError::NotRegular {
                 path: path.to_path_buf(),
+                found: "FIFO".into(),
             }),
             None => Err(fail(libc::ENOENT)),
         }
@@ -290,6 +299,10 @@ impl Backend for MockBackend {
 
     fn refused_device(&self, device: u64) -> Option<ReplayError> {
         (self.remember_refusals && lock(&self.refused).contains(&device)).then(|| refusal(device))
+    }
+
+    fn device_filesystem(&self, device: u64) -> Option<String> {
+        self.device_fs.get(&device).cloned()
     }
 
     fn prefetch(&self, h: &MockHandle, offset: u64, len: u64) -> Result<(), ReplayError> {

@@ -65,8 +65,12 @@ pub enum SkipReason {
         planned: FileId,
         found: FileId,
     },
-    /// The path now names a directory, device, FIFO or socket.
-    NotRegular,
+    /// The path now names a symlink, directory, device, FIFO or socket
+    /// (`found`), which was not opened for reading.
+    NotRegular {
+        #[serde(default)]
+        found: String,
+    },
     /// Opening failed for another reason (permissions, descriptor limit).
     OpenFailed { error: String },
 }
@@ -79,7 +83,10 @@ impl fmt::Display for SkipReason {
                 let names: Vec<&str> = fields.iter().map(|x| x.name()).collect();
                 write!(f, "changed ({})", names.join(", "))
             }
-            SkipReason::NotRegular => f.write_str("not a regular file"),
+            SkipReason::NotRegular { found } if found.is_empty() => {
+                f.write_str("not a regular file")
+            }
+            SkipReason::NotRegular { found } => write!(f, "not a regular file ({found})"),
             SkipReason::OpenFailed { error } => write!(f, "open failed: {error}"),
         }
     }
@@ -106,6 +113,58 @@ pub struct SkippedDevice {
     pub error: String,
     pub entries: u64,
     pub bytes: u64,
+}
+
+/// Which path a metadata device's entries took, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "path", rename_all = "kebab-case")]
+pub enum MetaPath {
+    /// Read from the block device at the start of the replay.
+    DeviceRead,
+    /// The device could not be opened, or refused a read (no privilege,
+    /// no device node, a virtual disk that refuses root): the plan's path
+    /// lookups warm what they can.
+    NotOpenable { error: String },
+    /// Not read: the filesystem on it keeps its metadata in a cache of its
+    /// own, which reads through the device node do not fill; the plan's
+    /// path lookups warm it instead.
+    FilesystemUnsupported { fs_type: String },
+    /// The replay stopped (cancelled, memory guard) before reading it.
+    NotReached,
+}
+
+impl fmt::Display for MetaPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MetaPath::DeviceRead => f.write_str("device-read"),
+            MetaPath::NotOpenable { error } => write!(f, "not-openable ({error})"),
+            MetaPath::FilesystemUnsupported { fs_type } => {
+                write!(f, "filesystem-unsupported ({fs_type})")
+            }
+            MetaPath::NotReached => f.write_str("not-reached"),
+        }
+    }
+}
+
+/// One block device holding metadata of the plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MetaDevice {
+    /// `st_rdev`-style device number.
+    pub device: u64,
+    /// `MAJ:MIN`.
+    pub name: String,
+    /// The filesystem mounted from it (`/proc/self/mountinfo`'s name), if
+    /// it is mounted.
+    pub fs_type: Option<String>,
+    #[serde(flatten)]
+    pub path: MetaPath,
+    /// The plan's metadata entries and bytes on it.
+    pub planned: Count,
+    /// Merged ranges they make (see `Options::meta_gap`).
+    pub ranges: u64,
+    /// Requests issued to it, and the bytes they read (holes included).
+    pub requests: u64,
+    pub requested_bytes: u64,
 }
 
 /// Entries and bytes.
@@ -161,7 +220,8 @@ pub struct WaitReport {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Timings {
     pub total_ns: u64,
-    /// Reading memory state and device read-ahead limits.
+    /// Reading memory state, device read-ahead limits and which filesystem
+    /// each metadata device holds.
     pub setup_ns: u64,
     /// From the first request to the last request returning. Requests are
     /// asynchronous, so I/O may still be in flight at its end.
@@ -190,7 +250,9 @@ pub struct Report {
     pub entries_issued: u64,
     /// Data entries and bytes issued (into files' page caches).
     pub data: Count,
-    /// Metadata entries and bytes issued (into block devices' page caches).
+    /// Metadata entries and bytes issued (into block devices' page caches),
+    /// as the plan counts them; the bytes read, holes of merged ranges
+    /// included, are in `meta_devices`.
     pub meta: Count,
     pub lookups: LookupCounts,
     /// Prefetch requests (one per chunk of at most the device's read-ahead
@@ -206,6 +268,13 @@ pub struct Report {
     /// or refused the request (the lookups then warm what they can).
     pub skipped_meta: Count,
     pub skipped_devices: Vec<SkippedDevice>,
+    /// Every metadata device: which path its metadata took and why.
+    #[serde(default)]
+    pub meta_devices: Vec<MetaDevice>,
+    /// Data past the end of its file (not read: a file whose identity
+    /// matches has no pages there). Fully past the end counts as an entry.
+    #[serde(default)]
+    pub beyond_eof: Count,
     /// Data requests that failed after the file was opened.
     pub failed_requests: u64,
     /// Entries never reached because the replay stopped early.

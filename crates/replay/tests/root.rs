@@ -110,14 +110,9 @@ fn resident_pages(f: &File, len: u64) -> u64 {
 }
 
 fn file_id(path: &Path) -> FileId {
-    let m = fs::metadata(path).unwrap();
-    FileId {
-        dev: m.dev(),
-        ino: m.ino(),
-        size: m.size(),
-        mtime_ns: m.mtime() * 1_000_000_000 + m.mtime_nsec(),
-        ctime_ns: m.ctime() * 1_000_000_000 + m.ctime_nsec(),
-    }
+    warmstart_replay::file_id(&warmstart_sys::FileIdentity::from_metadata(
+        &fs::metadata(path).unwrap(),
+    ))
 }
 
 fn plan(files: Vec<PlanFile>, entries: Vec<Entry>) -> Plan {

@@ -31,7 +31,6 @@
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
@@ -580,7 +579,7 @@ impl<'a> Session<'a> {
             return;
         };
         if st.file.is_none() {
-            st.file = open(&path).map(Arc::new);
+            st.file = open(&path, key).map(Arc::new);
             st.chunk =
                 warmstart_replay::read_ahead_bytes(Path::new("/sys"), kdev_to_user(key.0 as u64))
                     .map_or(DEFAULT_CHUNK, |b| (b / PAGE).max(1) * PAGE);
@@ -751,15 +750,8 @@ impl Worker {
                 let end = job.first + job.count;
                 while at < end && !halt.load(Ordering::Relaxed) {
                     let n = job.chunk.max(1).min(end - at);
-                    // SAFETY: fadvise on a descriptor we own; no memory is passed.
-                    unsafe {
-                        libc::posix_fadvise(
-                            job.file.as_raw_fd(),
-                            (at * PAGE) as i64,
-                            (n * PAGE) as i64,
-                            libc::POSIX_FADV_WILLNEED,
-                        )
-                    };
+                    // A failure leaves the pages to the application's reads.
+                    let _ = warmstart_sys::fadvise::willneed(&*job.file, at * PAGE, n * PAGE);
                     at += n;
                 }
             }
@@ -793,15 +785,25 @@ impl Drop for Worker {
     }
 }
 
-fn open(path: &str) -> Option<File> {
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOATIME)
+/// Opens a file the application reads, named from /proc: the path may
+/// name another file by now (the application renamed or replaced it, or
+/// an unprivileged user swapped in a FIFO or a device), so only the inode
+/// `key` (kernel dev, ino) the events are about is opened, and nothing
+/// but a regular file.
+fn open(path: &str, key: (u32, u64)) -> Option<File> {
+    let seen = warmstart_sys::FileIdentity {
+        dev: kdev_to_user(key.0 as u64),
+        ino: key.1,
+        ..Default::default()
+    };
+    let f = warmstart_sys::OpenOptions::file()
+        .expect(seen, warmstart_sys::identity::Match::Inode)
+        .noatime(true)
         .open(path)
-        .or_else(|_| File::open(path))
-        .ok()?;
-    // SAFETY: fadvise on a descriptor we own: no readahead beyond what we ask.
-    unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
+        .ok()?
+        .file;
+    // No readahead beyond what we ask; a failure only reads a little more.
+    let _ = warmstart_sys::fadvise::random(&f);
     Some(f)
 }
 
@@ -816,10 +818,11 @@ fn mem_available() -> u64 {
 /// reads (prefetchd reads a large uncached file for this).
 pub fn measure_throughput(sample: &Path) -> u64 {
     const FALLBACK: u64 = 200 << 20;
-    let Ok(f) = std::fs::OpenOptions::new()
-        .read(true)
+    // A path from /proc: a regular file only (see `open`).
+    let Ok(f) = warmstart_sys::OpenOptions::file()
         .custom_flags(libc::O_DIRECT)
         .open(sample)
+        .map(|o| o.file)
     else {
         return FALLBACK;
     };
@@ -860,6 +863,27 @@ mod tests {
             let user = libc::makedev(major, minor);
             assert_eq!(kdev_to_user(user_to_kdev(user) as u64), user);
         }
+    }
+
+    #[test]
+    fn only_the_inode_seen_is_opened() {
+        use std::os::unix::fs::MetadataExt;
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("data");
+        std::fs::write(&p, vec![0u8; 8192]).unwrap();
+        let m = std::fs::metadata(&p).unwrap();
+        let key = (user_to_kdev(m.dev()), m.ino());
+        let path = p.to_str().unwrap();
+        assert!(open(path, key).is_some());
+        assert!(open(path, (key.0, key.1 + 1)).is_none());
+        // Swapped for a FIFO under the same name: not opened, no hang.
+        std::fs::remove_file(&p).unwrap();
+        let c = std::ffi::CString::new(path).unwrap();
+        // SAFETY: a NUL-terminated path that outlives the call.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        let fifo = std::fs::metadata(&p).unwrap();
+        assert!(open(path, (user_to_kdev(fifo.dev()), fifo.ino())).is_none());
+        assert_eq!(measure_throughput(&p), 200 << 20);
     }
 
     #[test]

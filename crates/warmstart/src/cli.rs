@@ -32,6 +32,9 @@ impl Cli {
     /// so it is parsed with its own definition alone: building all eleven
     /// subcommands took 0.4 ms, a fifth of a warm launch's 2 ms budget.
     pub fn parse_args() -> Cli {
+        if let Some(cli) = bench_handover(std::env::args_os().skip(1)) {
+            return cli;
+        }
         if std::env::args_os().nth(1).is_some_and(|a| a == "run") {
             let mut args = std::env::args_os();
             let argv0 = args.next().unwrap_or_default();
@@ -43,6 +46,31 @@ impl Cli {
         }
         Cli::parse()
     }
+}
+
+/// `warmstart [-q] bench ARGS…` and `warmstart help bench`, taken before
+/// clap sees them: every argument after `bench` belongs to
+/// `warmstart-bench`, `--help` and `--version` included, whatever it looks
+/// like.
+fn bench_handover(args: impl Iterator<Item = std::ffi::OsString>) -> Option<Cli> {
+    let mut args = args.peekable();
+    let mut quiet = false;
+    while args.peek().is_some_and(|a| a == "-q" || a == "--quiet") {
+        quiet = true;
+        args.next();
+    }
+    let sub = args.next()?;
+    let args: Vec<_> = if sub == "bench" {
+        args.collect()
+    } else if sub == "help" && args.peek().is_some_and(|a| a == "bench") {
+        vec!["--help".into()]
+    } else {
+        return None;
+    };
+    Some(Cli {
+        quiet,
+        command: Command::Bench(BenchArgs { args }),
+    })
 }
 
 // `warmstart run` alone, for `Cli::parse_args`; its help is the same.
@@ -97,12 +125,17 @@ pub enum Command {
         warmstart daemon                                   # as root; usually run by systemd\n  \
         warmstart daemon --config /etc/warmstart/config.toml\n  \
         systemctl enable --now warmstart                   # after `make install`\n\n\
-        Policy lives in /etc/warmstart/config.toml (see docs/daemon.md). Launches with a plan are\n\
-        prefetched from their exec on; others are learned in the background. SIGTERM or Ctrl-C\n\
-        stops the daemon; SIGHUP (`systemctl reload warmstart`) reads the configuration again.")]
+        Policy lives in /etc/warmstart/config.toml (see docs/reference/config.md). Launches\n\
+        with a plan are prefetched from their exec on; others are learned in the background.\n\
+        SIGTERM or Ctrl-C stops the daemon; SIGHUP (`systemctl reload warmstart`) reads the\n\
+        configuration again.")]
     Daemon(DaemonArgs),
     /// Measure launch times like the papers: cold, warm, peers and warmstart, side by side.
-    Bench(Box<warmstart_bench::BenchArgs>),
+    ///
+    /// Runs the `warmstart-bench` binary installed beside `warmstart` (or on
+    /// PATH) with the same arguments; `warmstart bench --help` shows its options.
+    #[command(disable_help_flag = true)]
+    Bench(BenchArgs),
     /// Run a command with adaptive runtime prefetching of its data streams (prefetchd).
     #[command(after_help = "EXAMPLES:\n  \
         warmstart stream -- sqlite3 big.db 'select count(*) from t where x like \"%a%\"'\n  \
@@ -137,6 +170,174 @@ pub enum Command {
         For interpreters (python3, sh, perl, java, ...) the program is the script, as in the\n\
         daemon's policy. Options go before PROGRAM.")]
     Learn(LearnArgs),
+    /// Export a profile's plan for other machines with the same files.
+    #[command(after_help = "EXAMPLES:\n  \
+        warmstart export gimp-1a2b3c4d -o gimp.wsplan\n  \
+        zcat gimp.wsplan | jq '.files[] | .path'    # what it makes machines read\n\n\
+        Files are named by path, size and a SHA-256 of the bytes the plan reads (not by\n\
+        inode), so the plan holds on every machine with the same files. Metadata block\n\
+        reads are left out: they are where this machine's file system put them.")]
+    Export(ExportArgs),
+    /// Import an exported plan: used from the next launch, with no learning launches.
+    #[command(after_help = "EXAMPLES:\n  \
+        warmstart import gimp.wsplan\n  \
+        warmstart import --name gimp-local gimp.wsplan\n\n\
+        Every file is checked against this machine's: a file that is missing, of another\n\
+        size, or whose bytes the plan reads differ is dropped with its entries and named.\n\
+        The rest is bound to the local files, so `warmstart run` and the daemon prefetch\n\
+        it from the first launch; misses are still audited and the profile relearned if\n\
+        the plan does not fit. With the daemon running, it is told to read the profile.")]
+    Import(ImportArgs),
+    /// Push a profile's plan to an OCI registry.
+    #[command(after_help = "EXAMPLES:\n  \
+        warmstart push gimp-1a2b3c4d registry.example/warmstart/gimp:2.10\n  \
+        oras manifest fetch registry.example/warmstart/gimp:2.10\n\n\
+        Stored as an OCI artifact (artifactType application/vnd.warmstart.plan.v1, one layer\n\
+        application/vnd.warmstart.plan.v1+gzip). Prints the manifest digest to pin pulls with.\n\
+        It is also tagged sha256-KEY, KEY from the executable's bytes and the arguments, so\n\
+        that `warmstart pull REPOSITORY -- CMD` finds it on machines with the same program.\n\
+        Credentials come from $REGISTRY_AUTH_FILE, $XDG_RUNTIME_DIR/containers/auth.json or\n\
+        ~/.docker/config.json (`podman login`, `docker login`). Loopback registries are\n\
+        spoken to over plain HTTP, others over HTTPS.")]
+    Push(PushArgs),
+    /// Pull a plan from an OCI registry and import it.
+    #[command(after_help = "EXAMPLES:\n  \
+        warmstart pull registry.example/warmstart/gimp:2.10\n  \
+        warmstart pull registry.example/warmstart/gimp@sha256:3f1c...   # pinned\n  \
+        warmstart pull registry.example/warmstart/plans -- gimp          # by the program's content\n\n\
+        The plan is data: size-capped, validated, and used only for files that pass this\n\
+        machine's identity check, as with `warmstart import`.")]
+    Pull(PullArgs),
+    /// Check every profile's files and send those whose files changed back to learning.
+    #[command(after_help = "EXAMPLES:\n  \
+        warmstart changed          # after upgrading packages (the Debian package runs it)\n  \
+        warmstart changed --dry-run\n\n\
+        A profile keeps prefetching the files that did not change while its next launches\n\
+        are recorded. With the daemon running, it does the relearning.")]
+    Changed(ChangedArgs),
+    /// Write man pages or shell completions (for packaging).
+    #[command(hide = true)]
+    Generate(GenerateArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ExportArgs {
+    /// The profile to export (see `warmstart status`).
+    pub profile: String,
+    /// Where to write the portable plan.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: PathBuf,
+    /// The state directory [default: the daemon's, else `state_dir` of the config for root, else the user's].
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+}
+
+/// Where an imported or pulled plan goes.
+#[derive(Debug, clap::Args)]
+pub struct ImportTarget {
+    /// The profile to write [default: the one the plan was exported from].
+    #[arg(long, value_name = "PROFILE")]
+    pub name: Option<String>,
+    /// Replace an existing profile of that name.
+    #[arg(long)]
+    pub force: bool,
+    /// The state directory [default: the daemon's, else `state_dir` of the config for root, else the user's].
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// The daemon's control socket [default: `socket` of /etc/warmstart/config.toml, else /run/warmstart.sock].
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ImportArgs {
+    /// A file written by `warmstart export`.
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub target: ImportTarget,
+}
+
+/// How to reach a registry.
+#[derive(Debug, clap::Args)]
+pub struct RegistryArgs {
+    /// Give up on a registry request after this many seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 30)]
+    pub timeout: u64,
+    /// Speak plain HTTP to a registry that is not on loopback.
+    #[arg(long)]
+    pub plain_http: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct PushArgs {
+    /// The profile to push.
+    pub profile: String,
+    /// `[REGISTRY/]REPOSITORY[:TAG]` (TAG defaults to `latest`).
+    pub reference: String,
+    /// The state directory [default: the daemon's, else `state_dir` of the config for root, else the user's].
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub registry: RegistryArgs,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct PullArgs {
+    /// `[REGISTRY/]REPOSITORY[:TAG][@sha256:DIGEST]`.
+    pub reference: String,
+    /// Save the plan to FILE instead of importing it.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    #[command(flatten)]
+    pub target: ImportTarget,
+    #[command(flatten)]
+    pub registry: RegistryArgs,
+    /// Find the plan for this command by content: REFERENCE is then a
+    /// repository, and the tag is the one `push` adds from the
+    /// executable's digest and the arguments.
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ChangedArgs {
+    /// Only say which profiles' files changed.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// The state directory [default: the daemon's, else `state_dir` of the config for root, else the user's].
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// The daemon's control socket [default: `socket` of /etc/warmstart/config.toml, else /run/warmstart.sock].
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Generated {
+    /// Man pages, one per subcommand (`warmstart.1`, `warmstart-run.1`, ...).
+    Man,
+    /// bash, zsh and fish completions.
+    Completions,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct GenerateArgs {
+    pub what: Generated,
+    /// The directory to write into (created).
+    pub dir: PathBuf,
+}
+
+/// `warmstart bench`: everything is `warmstart-bench`'s to parse.
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    /// Options and command for warmstart-bench (see `warmstart bench --help`).
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        num_args = 0..,
+        value_name = "ARGS"
+    )]
+    pub args: Vec<std::ffi::OsString>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -305,7 +506,7 @@ pub struct StatusArgs {
     /// The state directory to list [default: the daemon's, else `state_dir` of the config for root, else the user's].
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
-    /// The daemon's control socket [default: `socket` of /etc/warmstart/config.toml, else /run/warmstart.sock].
+    /// The daemon's control socket [default: `socket` of /etc/warmstart/config.toml, else /run/warmstart/warmstart.sock].
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
     /// Print one JSON document: `{"daemon": STATUS or null, "profiles": [...]}`.
@@ -324,7 +525,7 @@ pub struct ForgetArgs {
     /// The state directory [default: the daemon's, else `state_dir` of the config for root, else the user's].
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
-    /// The daemon's control socket [default: `socket` of /etc/warmstart/config.toml, else /run/warmstart.sock].
+    /// The daemon's control socket [default: `socket` of /etc/warmstart/config.toml, else /run/warmstart/warmstart.sock].
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
 }
@@ -334,7 +535,7 @@ pub struct LearnArgs {
     /// Take PROGRAM off the daemon's learn list instead (its profiles stay).
     #[arg(long)]
     pub remove: bool,
-    /// The daemon's control socket [default: `socket` of /etc/warmstart/config.toml, else /run/warmstart.sock].
+    /// The daemon's control socket [default: `socket` of /etc/warmstart/config.toml, else /run/warmstart/warmstart.sock].
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
     /// The program (looked up in PATH) and its arguments.
@@ -444,5 +645,56 @@ fn non_negative(s: &str) -> Result<f64, String> {
         Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
         Ok(_) => Err("expected a finite number, 0 or more".into()),
         Err(e) => Err(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn handover(args: &[&str]) -> Option<(bool, Vec<String>)> {
+        bench_handover(args.iter().map(std::ffi::OsString::from)).map(|c| match c.command {
+            Command::Bench(b) => (
+                c.quiet,
+                b.args
+                    .iter()
+                    .map(|a| a.to_string_lossy().into_owned())
+                    .collect(),
+            ),
+            other => panic!("{other:?}"),
+        })
+    }
+
+    #[test]
+    fn bench_arguments_are_all_handed_over() {
+        assert_eq!(
+            handover(&["bench", "--help"]),
+            Some((false, vec!["--help".into()]))
+        );
+        assert_eq!(
+            handover(&["-q", "--quiet", "bench", "--runs", "3", "--", "ls", "-q"]),
+            Some((
+                true,
+                ["--runs", "3", "--", "ls", "-q"].map(String::from).to_vec()
+            ))
+        );
+        assert_eq!(handover(&["bench"]), Some((false, vec![])));
+        assert_eq!(
+            handover(&["help", "bench"]),
+            Some((false, vec!["--help".into()]))
+        );
+        assert_eq!(handover(&["help"]), None);
+        assert_eq!(handover(&["run", "--", "bench"]), None);
+        assert_eq!(handover(&["-v", "bench"]), None);
+        assert_eq!(handover(&[]), None);
+    }
+
+    #[test]
+    fn clap_alone_also_keeps_bench_arguments_raw() {
+        let c = Cli::try_parse_from(["warmstart", "bench", "--runs", "2", "--help"]).unwrap();
+        let Command::Bench(b) = c.command else {
+            panic!("{c:?}")
+        };
+        assert_eq!(b.args, ["--runs", "2", "--help"]);
     }
 }

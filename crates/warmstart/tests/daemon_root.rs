@@ -822,3 +822,54 @@ fn root_daemon_learn_forget_restart_crash_and_exec_chains() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A shell loop running a tiny program hundreds of times (what build
+/// systems and scripts do) makes no profile for it: its first launch is
+/// found trivial and the rest are left alone.
+#[test]
+fn root_daemon_a_storm_of_trivial_launches_makes_no_profile() {
+    if !require_root("root_daemon_a_storm_of_trivial_launches_makes_no_profile") {
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let work = tempfile::tempdir().unwrap();
+    let bin = work.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let tiny = bin.join("true");
+    let marker = bin.join("marker");
+    std::fs::copy("/bin/true", &tiny).unwrap();
+    std::fs::copy("/bin/true", &marker).unwrap();
+    // The default policy (learn everything) on this test's programs only:
+    // the machine's own (the shell running the loop included) are denied.
+    // A generous duration bound, so that a loaded machine cannot make
+    // `true` look slow; the size bound is the default.
+    let config = work.path().join("config.toml");
+    std::fs::write(
+        &config,
+        "learn = \"all\"\ndeny = [\"/usr/*\", \"/bin/*\", \"/sbin/*\", \"/lib/*\", \"/lib64/*\", \
+         \"/etc/*\", \"/opt/*\", \"/root/*\", \"/home/*\", \"/work/*\", \"/var/*\", \"/snap/*\", \
+         \"*/warmstart\"]\nskip_services = false\nmin_learn_ms = 1000\n",
+    )
+    .unwrap();
+    let d = Daemon::restart(work.path(), config);
+    run_ok(Command::new("/bin/sh").arg("-c").arg(format!(
+        "i=0; while [ $i -lt 300 ]; do {}; i=$((i+1)); done",
+        tiny.display()
+    )));
+    // A program asked for by name, launched last: once its profile is
+    // written, the launches before it have been decided and finished
+    // (one learner, in order).
+    let out = d.cli("learn", &[marker.to_str().unwrap()]);
+    assert!(out.status.success(), "{out:?}");
+    run_ok(&mut Command::new(&marker));
+    wait_for("the marker's profile", Duration::from_secs(60), || {
+        profile_dir(&d.state, "marker-").is_some()
+    });
+    assert!(
+        profile_dir(&d.state, "true-").is_none(),
+        "a profile for `true`; daemon log:\n{}",
+        std::fs::read_to_string(&d.log).unwrap_or_default()
+    );
+    let st = d.status();
+    assert!(st["trivial_programs"].as_u64() >= Some(1), "{st}");
+}

@@ -593,3 +593,86 @@ sys.stdout.write(out.decode(errors="replace"))
     assert_eq!(String::from_utf8_lossy(&out.stdout), "launched\n");
     assert!(String::from_utf8_lossy(&out.stderr).contains("launching without prefetching"));
 }
+
+/// Whether some process holds `dir`'s flock (the profile lock).
+fn locked(dir: &Path) -> bool {
+    use std::os::fd::AsRawFd;
+    let Ok(f) = std::fs::File::open(dir) else {
+        return false;
+    };
+    // SAFETY: flock on a descriptor we own.
+    let free = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
+    !free
+}
+
+#[test]
+fn root_run_two_launches_of_one_profile_do_not_race() {
+    if !require_root("root_run_two_launches_of_one_profile_do_not_race") {
+        return;
+    }
+    let state = tempfile::tempdir().unwrap();
+    let flag = state.path().join("go");
+    // The first launch learns until the test lets it finish.
+    let script = format!("while [ ! -e {} ]; do sleep 0.05; done", flag.display());
+    let first = Command::new(warmstart())
+        .args(["run", "--state-dir"])
+        .arg(state.path())
+        .args(["--profile", "shared", "--report"])
+        .arg(state.path().join("first.json"))
+        .args(["--", "/bin/sh", "-c", &script])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let dir = state.path().join("profiles/shared");
+    let t = std::time::Instant::now();
+    while !locked(&dir) {
+        assert!(
+            t.elapsed().as_secs() < 30,
+            "the first run never took the lock"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let second = run(Command::new(warmstart())
+        .args(["run", "--state-dir"])
+        .arg(state.path())
+        .args(["--profile", "shared", "--", "/bin/true"]));
+    assert!(second.status.success());
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert!(err.contains("in use by another warmstart"), "{err}");
+    std::fs::write(&flag, b"").unwrap();
+    let out = first.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Only the first launch counted and left a trace.
+    let prof: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("profile.json")).unwrap()).unwrap();
+    assert_eq!(prof["launches"], 1, "{prof}");
+    assert_eq!(prof["traces"], serde_json::json!(["trace-0"]), "{prof}");
+    assert!(!locked(&dir), "the lock outlived its launch");
+}
+
+#[test]
+fn root_run_report_never_follows_a_symlink() {
+    if !require_root("root_run_report_never_follows_a_symlink") {
+        return;
+    }
+    let state = tempfile::tempdir().unwrap();
+    let victim = state.path().join("victim");
+    std::fs::write(&victim, b"keep").unwrap();
+    let rep = state.path().join("report.json");
+    std::os::unix::fs::symlink(&victim, &rep).unwrap();
+    run_ok(
+        Command::new(warmstart())
+            .args(["run", "--state-dir"])
+            .arg(state.path())
+            .args(["--profile", "rep", "--report"])
+            .arg(&rep)
+            .args(["--", "/bin/true"]),
+    );
+    assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+    assert!(!std::fs::symlink_metadata(&rep).unwrap().is_symlink());
+    report(&rep);
+}

@@ -43,7 +43,10 @@ pub fn run(args: RunArgs, quiet: bool) -> Result<i32> {
     if let Some(p) = &args.report {
         // The launch happened: its status is the command's, whatever
         // becomes of the report.
-        if let Err(e) = std::fs::write(p, serde_json::to_vec_pretty(&report)?) {
+        // Atomically, and never through a symlink planted at that path.
+        if let Err(e) =
+            warmstart_launch::store::write_atomic(p, &serde_json::to_vec_pretty(&report)?)
+        {
             eprintln!("warmstart: cannot write the report {}: {e}", p.display());
         }
     }
@@ -75,7 +78,7 @@ pub fn run(args: RunArgs, quiet: bool) -> Result<i32> {
 /// The state directory `status` and `forget` look at when no daemon
 /// answers: as given, else the configured one for root (where the daemon
 /// keeps it), else the user's; never created.
-fn store(dir: &Option<std::path::PathBuf>) -> Result<Store> {
+pub(super) fn store(dir: &Option<std::path::PathBuf>) -> Result<Store> {
     let d = dir.clone().unwrap_or_else(|| {
         // SAFETY: geteuid has no preconditions.
         match (unsafe { libc::geteuid() }, config()) {
@@ -95,7 +98,7 @@ fn config() -> Option<DaemonConfig> {
 const DEFAULT_CONFIG: &str = "/etc/warmstart/config.toml";
 
 /// The control socket: as given, else the configured one, else the default.
-fn socket_of(arg: &Option<std::path::PathBuf>) -> std::path::PathBuf {
+pub(super) fn socket_of(arg: &Option<std::path::PathBuf>) -> std::path::PathBuf {
     arg.clone()
         .or_else(|| config().map(|c| c.socket))
         .unwrap_or_else(|| DaemonConfig::default().socket)
@@ -173,7 +176,8 @@ pub fn status(args: StatusArgs) -> Result<i32> {
         (None, Some(d)) if !d.state_dir.as_os_str().is_empty() => Store::at(&d.state_dir),
         _ => store(&args.state_dir)?,
     };
-    let profiles = store.list();
+    let profiles = store.list().context("cannot read the state directory")?;
+    let metadata = metadata_paths(&store, &profiles);
     if args.json {
         // One document, whether or not a daemon answered.
         let v: Vec<_> = profiles
@@ -183,7 +187,11 @@ pub fn status(args: StatusArgs) -> Result<i32> {
                 Err(e) => serde_json::json!({ "error": e.to_string() }),
             })
             .collect();
-        let doc = serde_json::json!({ "daemon": daemon, "profiles": v });
+        let doc = serde_json::json!({
+            "daemon": daemon,
+            "profiles": v,
+            "metadata": metadata.json(),
+        });
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(0);
     }
@@ -258,7 +266,110 @@ pub fn status(args: StatusArgs) -> Result<i32> {
             Err(e) => println!("! {e}"),
         }
     }
+    metadata.print();
     Ok(0)
+}
+
+/// Which path the metadata of the profiles' plans takes on this machine,
+/// one entry per device across all plans.
+struct StatusMetadata {
+    /// Per device: what one plan's check found (with the entries and bytes
+    /// of all plans summed), its node, and the profiles whose plans have
+    /// metadata on it.
+    devices: std::collections::BTreeMap<
+        u64,
+        (
+            warmstart_replay::MetaDevice,
+            Option<std::path::PathBuf>,
+            Vec<String>,
+        ),
+    >,
+    /// Plans that could not be read, with the first error.
+    unreadable: Vec<String>,
+}
+
+fn metadata_paths(
+    store: &Store,
+    profiles: &[Result<warmstart_launch::Profile, warmstart_launch::Error>],
+) -> StatusMetadata {
+    // One backend: a device refused once is not tried again for each plan.
+    let backend = warmstart_replay::RealBackend::new();
+    let mut out = StatusMetadata {
+        devices: Default::default(),
+        unreadable: Vec::new(),
+    };
+    for p in profiles.iter().flatten().filter(|p| p.plan_bytes.is_some()) {
+        let path = store.plan_path(&p.name);
+        let plan = crate::cmd::read_container(&path).and_then(|b| {
+            warmstart_plan::Plan::from_bytes(&b).with_context(|| path.display().to_string())
+        });
+        let plan = match plan {
+            Ok(plan) => plan,
+            Err(e) => {
+                out.unreadable.push(format!("{}: {e:#}", p.name));
+                continue;
+            }
+        };
+        for (d, node) in super::show::MetadataPaths::of(&plan, &backend).devices {
+            let slot = out
+                .devices
+                .entry(d.device)
+                .or_insert_with(|| (d.clone(), node, Vec::new()));
+            if slot.2.is_empty() {
+                slot.0.planned = Default::default();
+            }
+            slot.0.planned.entries += d.planned.entries;
+            slot.0.planned.bytes = slot.0.planned.bytes.saturating_add(d.planned.bytes);
+            slot.2.push(p.name.clone());
+        }
+    }
+    out
+}
+
+impl StatusMetadata {
+    fn json(&self) -> serde_json::Value {
+        let devices: Vec<_> = self
+            .devices
+            .values()
+            .map(|(d, node, profiles)| {
+                let mut v = serde_json::to_value(d).expect("serializes");
+                if let Some(o) = v.as_object_mut() {
+                    // A dry check issues nothing; the plans' own figures are
+                    // `planned`.
+                    for k in ["requests", "requested_bytes", "ranges"] {
+                        o.remove(k);
+                    }
+                    o.insert("node".into(), serde_json::json!(node));
+                    o.insert(
+                        "summary".into(),
+                        serde_json::json!(super::show::metadata_line(d, node.as_deref())),
+                    );
+                    o.insert("profiles".into(), serde_json::json!(profiles));
+                }
+                v
+            })
+            .collect();
+        serde_json::json!({ "devices": devices, "unreadable_plans": self.unreadable })
+    }
+
+    fn print(&self) {
+        for (d, node, profiles) in self.devices.values() {
+            println!(
+                "{} [plans of {} profile{}: {} entries, {}]",
+                super::show::metadata_line(d, node.as_deref()),
+                profiles.len(),
+                if profiles.len() == 1 { "" } else { "s" },
+                d.planned.entries,
+                human_bytes(d.planned.bytes)
+            );
+        }
+        if let Some(first) = self.unreadable.first() {
+            println!(
+                "! metadata paths unknown for {} plans that cannot be read (first: {first})",
+                self.unreadable.len()
+            );
+        }
+    }
 }
 
 /// Sends a request to the daemon, with errors that say what to do.
@@ -272,7 +383,7 @@ fn daemon_or_note(socket: &std::path::Path) -> Option<warmstart_launch::daemon::
     })
 }
 
-fn ask_daemon(socket: &std::path::Path, req: &Request) -> Result<Reply> {
+pub(super) fn ask_daemon(socket: &std::path::Path, req: &Request) -> Result<Reply> {
     match warmstart_launch::daemon::request(socket, req) {
         Ok(Reply::Error { message }) => anyhow::bail!("the daemon refused: {message}"),
         Ok(r) => Ok(r),
@@ -319,7 +430,7 @@ pub fn forget(args: ForgetArgs) -> Result<i32> {
     let store = store(&args.state_dir)?;
     let names: Vec<String> = if args.all {
         // Unreadable profiles too: `status` tells to remove those this way.
-        store.names()
+        store.names().context("cannot read the state directory")?
     } else {
         vec![args
             .profile

@@ -1,7 +1,10 @@
 //! One module per subcommand. Each returns the process exit code.
 
+mod bench;
 mod compile;
+mod generate;
 mod manage;
+mod portable;
 mod record;
 mod replay;
 mod show;
@@ -21,9 +24,15 @@ pub fn dispatch(cli: Cli) -> Result<i32> {
         Command::Status(args) => manage::status(args),
         Command::Daemon(args) => manage::daemon(args),
         Command::Stream(args) => stream::run(args, cli.quiet),
-        Command::Bench(args) => warmstart_bench::run(*args, cli.quiet),
+        Command::Bench(args) => bench::run(args, cli.quiet),
         Command::Forget(args) => manage::forget(args),
         Command::Learn(args) => manage::learn(args),
+        Command::Export(args) => portable::export(args, cli.quiet),
+        Command::Import(args) => portable::import(args, cli.quiet),
+        Command::Push(args) => portable::push(args, cli.quiet),
+        Command::Pull(args) => portable::pull(args, cli.quiet),
+        Command::Changed(args) => portable::changed(args, cli.quiet),
+        Command::Generate(args) => generate::run(args),
     }
 }
 

@@ -389,7 +389,7 @@ fn show_plan(p: &Plan, size: usize, format: Format, out: &mut impl Write) -> Res
             writeln!(out, "plan size:    {}", human_bytes(size as u64))?;
         }
         Format::Json => {
-            serde_json::to_writer_pretty(&mut *out, &plan_json(p))?;
+            serde_json::to_writer_pretty(&mut *out, &with_metadata_paths(p, plan_json(p)))?;
             writeln!(out)?;
         }
         Format::Table => {
@@ -404,7 +404,7 @@ fn show_plan(p: &Plan, size: usize, format: Format, out: &mut impl Write) -> Res
             }
         }
         Format::Csv => {
-            let mut w = csv::Writer::from_writer(out);
+            let mut w = csv::Writer::from_writer(&mut *out);
             w.write_record(["kind", "path", "offset", "length"])?;
             for e in &p.entries {
                 w.write_record(entry_row(p, e))?;
@@ -412,7 +412,190 @@ fn show_plan(p: &Plan, size: usize, format: Format, out: &mut impl Write) -> Res
             w.flush()?;
         }
     }
+    metadata_section(p, format, out)
+}
+
+/// Which path each device's metadata takes on this machine (read from the
+/// block device, or left to the plan's path lookups, and why), for
+/// `show` and `status`. Nothing is read; a device that would be read is
+/// opened and closed to find out whether it can be.
+pub struct MetadataPaths {
+    pub devices: Vec<(warmstart_replay::MetaDevice, Option<std::path::PathBuf>)>,
+}
+
+impl MetadataPaths {
+    pub fn of(plan: &Plan, backend: &warmstart_replay::RealBackend) -> MetadataPaths {
+        MetadataPaths {
+            devices: warmstart_replay::metadata_paths(plan, backend)
+                .into_iter()
+                .map(|d| {
+                    let node = backend.device_node(d.device);
+                    (d, node)
+                })
+                .collect(),
+        }
+    }
+
+    /// One JSON object per device: `MetaDevice`'s fields (without the
+    /// request counts of a replay, which a dry look has none of), the
+    /// device node, and the sentence [`metadata_line`] prints.
+    pub fn json(&self) -> Vec<serde_json::Value> {
+        self.devices
+            .iter()
+            .map(|(d, node)| {
+                let mut v = serde_json::to_value(d).expect("serializes");
+                if let Some(o) = v.as_object_mut() {
+                    o.remove("requests");
+                    o.remove("requested_bytes");
+                    o.insert("node".into(), json!(node));
+                    o.insert("summary".into(), json!(metadata_line(d, node.as_deref())));
+                }
+                v
+            })
+            .collect()
+    }
+}
+
+/// `metadata on /dev/vda (ext4): not openable (EPERM): warmed by path
+/// lookups instead`.
+pub fn metadata_line(d: &warmstart_replay::MetaDevice, node: Option<&std::path::Path>) -> String {
+    use warmstart_replay::MetaPath;
+    let on = match node {
+        Some(n) => n.display().to_string(),
+        None => d.name.clone(),
+    };
+    let fs = d.fs_type.as_deref().unwrap_or("no filesystem mounted");
+    let instead = "warmed by path lookups instead";
+    let how = match &d.path {
+        MetaPath::DeviceRead => "read from the device at the start of the replay".to_string(),
+        MetaPath::NotOpenable { error } => format!("not openable ({}): {instead}", errno_of(error)),
+        MetaPath::FilesystemUnsupported { fs_type } => format!(
+            "not read from the device ({fs_type} keeps its metadata in a cache of its own): {instead}"
+        ),
+        MetaPath::NotReached => "not reached".to_string(),
+    };
+    format!("metadata on {on} ({fs}): {how}")
+}
+
+/// The errno name in an error message ending in `(os error N)`, else the
+/// message's last part (what the OS layer said the node is instead).
+fn errno_of(error: &str) -> String {
+    let n = error
+        .rsplit_once("(os error ")
+        .and_then(|(_, r)| r.strip_suffix(')'))
+        .and_then(|n| n.parse::<i32>().ok());
+    let name = match n {
+        Some(libc::EPERM) => "EPERM",
+        Some(libc::ENOENT) => "ENOENT",
+        Some(libc::EIO) => "EIO",
+        Some(libc::ENXIO) => "ENXIO",
+        Some(libc::EACCES) => "EACCES",
+        Some(libc::EBUSY) => "EBUSY",
+        Some(libc::ENODEV) => "ENODEV",
+        Some(libc::EROFS) => "EROFS",
+        Some(libc::ENOMEDIUM) => "ENOMEDIUM",
+        Some(n) => return std::io::Error::from_raw_os_error(n).to_string(),
+        None => return error.rsplit(": ").next().unwrap_or(error).to_string(),
+    };
+    name.to_string()
+}
+
+/// `show PLAN --format json`: the plan's JSON form with a `metadata`
+/// array, one object per device (see [`MetadataPaths::json`]).
+fn with_metadata_paths(p: &Plan, mut doc: serde_json::Value) -> serde_json::Value {
+    if let (Some(paths), Some(o)) = (metadata_paths_of(p), doc.as_object_mut()) {
+        o.insert("metadata".into(), json!(paths.json()));
+    }
+    doc
+}
+
+/// The metadata section of `show PLAN` in the summary and the table: one
+/// line per device. Nothing for CSV, whose rows are entries, nor JSON
+/// (see [`with_metadata_paths`]).
+fn metadata_section(p: &Plan, format: Format, out: &mut impl Write) -> Result<()> {
+    if !matches!(format, Format::Summary | Format::Table) {
+        return Ok(());
+    }
+    let Some(paths) = metadata_paths_of(p) else {
+        return Ok(());
+    };
+    if format == Format::Table {
+        writeln!(out)?;
+    }
+    for (d, node) in &paths.devices {
+        writeln!(
+            out,
+            "{} [{} entries, {}]",
+            metadata_line(d, node.as_deref()),
+            d.planned.entries,
+            human_bytes(d.planned.bytes)
+        )?;
+    }
     Ok(())
+}
+
+fn metadata_paths_of(p: &Plan) -> Option<MetadataPaths> {
+    p.entries
+        .iter()
+        .any(|e| matches!(e, Entry::Meta { .. }))
+        .then(|| MetadataPaths::of(p, &warmstart_replay::RealBackend::new()))
+}
+
+#[cfg(test)]
+mod metadata_tests {
+    use super::*;
+    use warmstart_replay::{Count, MetaDevice, MetaPath};
+
+    #[test]
+    fn one_line_per_metadata_path() {
+        let dev = |fs: Option<&str>, path| MetaDevice {
+            device: libc::makedev(254, 0),
+            name: "254:0".into(),
+            fs_type: fs.map(Into::into),
+            path,
+            planned: Count::default(),
+            ranges: 0,
+            requests: 0,
+            requested_bytes: 0,
+        };
+        let vda = Some(std::path::Path::new("/dev/vda"));
+        let refused =
+            "cannot open block device 254:0 (/dev/vda): Operation not permitted (os error 1)";
+        let cases = [
+            (
+                dev(Some("ext4"), MetaPath::NotOpenable { error: refused.into() }),
+                vda,
+                "metadata on /dev/vda (ext4): not openable (EPERM): warmed by path lookups instead",
+            ),
+            (
+                dev(Some("ext4"), MetaPath::DeviceRead),
+                None,
+                "metadata on 254:0 (ext4): read from the device at the start of the replay",
+            ),
+            (
+                dev(Some("btrfs"), MetaPath::FilesystemUnsupported { fs_type: "btrfs".into() }),
+                vda,
+                "metadata on /dev/vda (btrfs): not read from the device (btrfs keeps its \
+                 metadata in a cache of its own): warmed by path lookups instead",
+            ),
+            (
+                dev(None, MetaPath::NotOpenable {
+                    error: "cannot open block device 254:0 (/dev/vda): /dev/vda is a character device, not a block device".into(),
+                }),
+                vda,
+                "metadata on /dev/vda (no filesystem mounted): not openable (/dev/vda is a \
+                 character device, not a block device): warmed by path lookups instead",
+            ),
+        ];
+        for (d, node, want) in cases {
+            assert_eq!(metadata_line(&d, node), want);
+        }
+        assert_eq!(errno_of("x (os error 13)"), "EACCES");
+        assert_eq!(
+            errno_of("x (os error 7)"),
+            "Argument list too long (os error 7)"
+        );
+    }
 }
 
 #[cfg(test)]

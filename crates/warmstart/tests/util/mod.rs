@@ -6,15 +6,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// Root tests need to load BPF, mount images and drop caches. CI runs as
-/// root; elsewhere they are skipped with the reason printed.
-pub fn require_root(test: &str) -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIPPED {test}: needs root (BPF, loop devices, drop_caches)");
-        return false;
-    }
-    true
-}
+/// root; elsewhere they are skipped with the reason printed, or fail when
+/// `WARMSTART_REQUIRE_ROOT=1`.
+#[allow(unused_imports)]
+pub use warmstart_testing::require_root;
 
 pub fn warmstart() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_warmstart"))

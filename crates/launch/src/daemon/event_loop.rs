@@ -1,0 +1,578 @@
+//! The event loop: execs, forks, exits and page records in; launches
+//! decided, followed and handed to the learners out. Its events come from
+//! an [`EventSource`]: the BPF recorder when the daemon runs, a scripted
+//! fake in tests, so every decision here is tested without root.
+
+use std::collections::{HashMap, HashSet};
+use std::io::Write;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::Sender;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use warmstart_bpf::Event;
+
+use super::cache::{evict_lru, Check};
+use super::config::DaemonConfig;
+use super::control::DaemonStatus;
+use super::follow::{
+    decide, new_session, replaying, session_status, since, start_early, stop_replay, Ctx, Early,
+    Mode, Session,
+};
+use super::learn::{finish, Fate, Learners};
+use super::policy::{script_prefix, Scripts};
+use super::tuning::Realtime;
+use super::Shared;
+use crate::manager::Config;
+use crate::store::Store;
+use crate::Error;
+
+/// Where the daemon's events come from, and how it tells the kernel side
+/// which processes to follow.
+pub(crate) trait EventSource {
+    /// Waits up to `timeout` for events and appends them to `out`. An
+    /// exec ends a batch (a launch is decided before the pages after it).
+    fn poll(&mut self, timeout: Duration, out: &mut Vec<Event>) -> Result<(), Error>;
+    /// Follows `tgid` and its future children: their pages and path
+    /// operations too if `pages`, else only the process tree.
+    fn track(&mut self, tgid: u32, pages: bool);
+    /// Stops following `tgid` (its future children are not followed).
+    fn untrack(&mut self, tgid: u32);
+    /// Records the kernel side had to drop.
+    fn drops(&self) -> u64;
+}
+
+impl EventSource for warmstart_bpf::Recorder {
+    fn poll(&mut self, timeout: Duration, out: &mut Vec<Event>) -> Result<(), Error> {
+        warmstart_bpf::Recorder::poll(self, timeout, out)
+            .map_err(|e| warmstart_record::Error::from(e).into())
+    }
+
+    fn track(&mut self, tgid: u32, pages: bool) {
+        let _ = if pages {
+            warmstart_bpf::Recorder::track(self, tgid)
+        } else {
+            self.track_tree_only(tgid)
+        };
+    }
+
+    fn untrack(&mut self, tgid: u32) {
+        warmstart_bpf::Recorder::untrack(self, tgid);
+    }
+
+    fn drops(&self) -> u64 {
+        warmstart_bpf::Recorder::drops(self)
+    }
+}
+
+/// How long the event loop sleeps when it follows no launch: execs (and
+/// the signals that stop it) wake it at once; this bounds how stale
+/// `status` can be (uptime, drops, the counts of profiles and plans in
+/// memory) and how long a stop request set just before the wait waits.
+pub(super) const IDLE_POLL: Duration = Duration::from_secs(1);
+
+/// How many of the latest launches the status percentiles cover. They are
+/// recomputed (copied and sorted) on every pass of the event loop, so they
+/// must not grow with the daemon's uptime: 100,000 launches would cost
+/// milliseconds every 20 ms.
+const RECENT_LAUNCHES: usize = 4096;
+
+/// The event loop's state between batches.
+pub(super) struct Loop<S: EventSource> {
+    pub(super) src: S,
+    pub(super) dcfg: DaemonConfig,
+    pub(super) cfg: Config,
+    pub(super) store: Store,
+    pub(super) shared: Arc<Shared>,
+    pub(super) check: Sender<Check>,
+    pub(super) learners: Arc<Learners>,
+    /// The daemon's own pid: never followed.
+    pub(super) me: u32,
+    pub(super) rt: Realtime,
+    pub(super) status: DaemonStatus,
+    started: Instant,
+    latencies: Vec<f64>,
+    first_requests: Vec<f64>,
+    reactions: Vec<f64>,
+    first_starts: Vec<f64>,
+    pub(super) sessions: HashMap<u32, Session>,
+    /// Each followed process's launch (its first process).
+    pub(super) owner: HashMap<u32, u32>,
+    /// Replays started at an execve's entry, until its exec event.
+    early: HashMap<u32, Early>,
+    /// Execves that started no replay, until their exec event: it tells
+    /// whether the file was a script (see `script_prefix`).
+    pending: HashMap<u32, (String, Vec<String>, Instant)>,
+    scripts: Scripts,
+    buf: Vec<Event>,
+}
+
+impl<S: EventSource> Loop<S> {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn new(
+        src: S,
+        dcfg: DaemonConfig,
+        cfg: Config,
+        store: Store,
+        shared: Arc<Shared>,
+        check: Sender<Check>,
+        learners: Arc<Learners>,
+        rt: Realtime,
+        status: DaemonStatus,
+    ) -> Loop<S> {
+        Loop {
+            src,
+            dcfg,
+            cfg,
+            store,
+            shared,
+            check,
+            learners,
+            me: std::process::id(),
+            rt,
+            status,
+            started: Instant::now(),
+            latencies: Vec::new(),
+            first_requests: Vec::new(),
+            reactions: Vec::new(),
+            first_starts: Vec::new(),
+            sessions: HashMap::new(),
+            owner: HashMap::new(),
+            early: HashMap::new(),
+            pending: HashMap::new(),
+            scripts: Scripts::default(),
+            buf: Vec::new(),
+        }
+    }
+
+    /// One batch: wait for events, decide the launches among them, give
+    /// the rest to the launches they belong to, and hand the launches that
+    /// ended to the learners.
+    pub(super) fn step(&mut self) -> Result<(), Error> {
+        // Wait for events as a real-time thread, so an exec is decided and
+        // its replay started at once instead of after the launching
+        // program's time slice (exec -> event seen: 0.13-0.33 ms instead
+        // of 0.65-2.5 ms on a cold launch). The replay threads started
+        // meanwhile leave real-time priority before touching their plan
+        // (`leave_realtime`). The rest of the batch (page events, sessions
+        // ending) is handled at normal priority.
+        self.rt.set(true);
+        // With no launch followed there are no page records to collect
+        // (they come without a wake-up, for followed processes only):
+        // sleep until an exec wakes the loop, instead of 50 times a second.
+        let following = !self.sessions.is_empty() || !self.early.is_empty();
+        let wait = if following {
+            Duration::from_millis(20)
+        } else {
+            IDLE_POLL
+        };
+        let mut buf = std::mem::take(&mut self.buf);
+        self.src.poll(wait, &mut buf)?;
+        self.status.events += buf.len() as u64;
+        let handled = self.decide_launches(&buf);
+        // Nothing happened and nothing is followed: stay as we are (two
+        // system calls a wake-up otherwise). Threads started from here on
+        // must not inherit real-time priority, hence the switch whenever
+        // there is work.
+        if !buf.is_empty() || !self.sessions.is_empty() {
+            self.rt.set(false);
+        }
+        self.pending
+            .retain(|_, p| p.2.elapsed() < Duration::from_secs(1));
+        // An execve that failed has no exec event: its replay stops.
+        self.early.retain(|_, e| {
+            let keep = e.at.elapsed() < Duration::from_secs(1);
+            if !keep {
+                stop_replay(&e.mode);
+            }
+            keep
+        });
+        self.collect(&mut buf, &handled);
+        self.buf = buf;
+        self.finish_done();
+        self.publish();
+        Ok(())
+    }
+
+    /// Launches first: a replay must not wait behind a batch of page
+    /// events. An exec is a new launch unless its process was forked
+    /// inside a traced tree (in earlier batches or in this one). Returns
+    /// the processes whose exec was decided.
+    ///
+    /// A launch is named by the last program its first process execs:
+    /// `sh script` that execs a program, `env python3 tool.py`, a launcher
+    /// script ending in `exec app`. Each exec is decided by the command
+    /// line its event carries, so a launcher allowed by its path stays
+    /// allowed through its exec even when the daemon only wakes after it
+    /// (the recorder ends a batch at each exec).
+    fn decide_launches(&mut self, buf: &[Event]) -> HashSet<u32> {
+        let mut forked_here: HashSet<u32> = HashSet::new();
+        let mut handled: HashSet<u32> = HashSet::new();
+        for ev in buf {
+            match ev {
+                Event::Fork {
+                    parent_tgid,
+                    child_tgid,
+                    ..
+                } if self.owner.contains_key(parent_tgid) || forked_here.contains(parent_tgid) => {
+                    forked_here.insert(*child_tgid);
+                }
+                Event::ExecStart {
+                    tgid,
+                    ts_ns,
+                    filename,
+                    argv: Some(argv),
+                } if self.dcfg.replay_at_execve => {
+                    // A program started inside a launch is that launch's.
+                    if *tgid == self.me
+                        || self.owner.contains_key(tgid)
+                        || forked_here.contains(tgid)
+                    {
+                        continue;
+                    }
+                    self.on_exec_start(*tgid, *ts_ns, filename, argv);
+                }
+                Event::Exec {
+                    tgid,
+                    ts_ns,
+                    file,
+                    argv,
+                } => {
+                    let in_tree = self.owner.contains_key(tgid) || forked_here.contains(tgid);
+                    if in_tree && !self.sessions.contains_key(tgid) {
+                        continue; // a program started inside a launch
+                    }
+                    if self.on_exec(*tgid, *ts_ns, file, argv.as_deref(), in_tree) {
+                        handled.insert(*tgid);
+                    }
+                }
+                _ => {}
+            }
+        }
+        handled
+    }
+
+    fn on_exec_start(&mut self, tgid: u32, ts_ns: u64, filename: &str, argv: &[String]) {
+        // An earlier execve of it failed (execvp tries each directory of
+        // PATH): its replay is not needed.
+        if let Some(e) = self.early.remove(&tgid) {
+            stop_replay(&e.mode);
+        }
+        self.rt.set(true);
+        let ctx = Ctx {
+            dcfg: &self.dcfg,
+            cfg: &self.cfg,
+            store: &self.store,
+            shared: &self.shared,
+            check: &self.check,
+            me: self.me,
+        };
+        let running = replaying(&self.sessions, self.early.len());
+        match start_early(&ctx, tgid, ts_ns, filename, argv, running, &self.scripts) {
+            Some(e) => {
+                self.early.insert(tgid, e);
+                self.status.replays_at_execve += 1;
+                // Let the replay thread, waiting on this CPU, run.
+                self.rt.set(false);
+            }
+            None => {
+                self.pending
+                    .insert(tgid, (filename.to_string(), argv.to_vec(), Instant::now()));
+            }
+        }
+    }
+
+    /// Decides one exec; `false` if it was left for a later exec event of
+    /// the same process.
+    fn on_exec(
+        &mut self,
+        tgid: u32,
+        ts_ns: u64,
+        file: &warmstart_bpf::FileInfo,
+        argv: Option<&[String]>,
+        in_tree: bool,
+    ) -> bool {
+        let exe = file.path.absolute().unwrap_or_default();
+        // A script that is no longer run as it was (replaced by a program,
+        // a new interpreter): forgotten.
+        if let Some((script, expected)) = self.early.get(&tgid).and_then(|e| e.script.as_ref()) {
+            if argv != Some(expected.as_slice()) {
+                self.scripts.forget(script);
+            }
+        }
+        // A script run directly: its next execve can start the
+        // interpreter's replay (see `start_early`).
+        if let (Some((name, given, _)), Some(now)) = (self.pending.remove(&tgid), argv) {
+            if let Some(prefix) = script_prefix(&name, &given, now) {
+                self.scripts.remember(tgid, &name, &exe, prefix);
+            }
+        }
+        if !in_tree && argv.is_none() && execed_again(tgid, file) {
+            // No command line in the event, and /proc already shows the
+            // next program's: its exec names it.
+            return false;
+        }
+        self.status.execs_seen += 1;
+        // Real-time again if an earlier launch of this batch lowered it:
+        // each replay thread is placed by it.
+        self.rt.set(true);
+        let mut started_early = self.early.remove(&tgid);
+        let decided = {
+            let ctx = Ctx {
+                dcfg: &self.dcfg,
+                cfg: &self.cfg,
+                store: &self.store,
+                shared: &self.shared,
+                check: &self.check,
+                me: self.me,
+            };
+            let rt = &mut self.rt;
+            decide(
+                &ctx,
+                tgid,
+                &exe,
+                argv,
+                &mut started_early,
+                ts_ns,
+                &self.sessions,
+                self.early.len(),
+                &mut || rt.set(false),
+            )
+        };
+        // Not adopted: another program, or not followed after all.
+        if let Some(e) = started_early {
+            stop_replay(&e.mode);
+        }
+        let replay_started = matches!(&decided, Some((_, Some(_))));
+        if let Some((_, Some(l))) = &decided {
+            push_recent(&mut self.latencies, *l);
+        }
+        match (self.sessions.get_mut(&tgid), decided) {
+            // The launch's first process exec'd again: it is now this
+            // program's launch (same process tree).
+            (Some(s), Some((d, _))) => {
+                if s.name == d.name {
+                    // The same program again: the launch's replay goes on;
+                    // the one just started for it would run unwatched.
+                    stop_replay(&d.mode);
+                } else {
+                    stop_replay(&s.mode);
+                    (
+                        s.name,
+                        s.argv,
+                        s.trivial_key,
+                        s.listed,
+                        s.mode,
+                        s.exec_ts_ns,
+                    ) = (d.name, d.argv, d.trivial_key, d.listed, d.mode, ts_ns);
+                    if !s.recorded() {
+                        for m in &s.members {
+                            self.src.track(*m, false);
+                        }
+                    }
+                }
+            }
+            (Some(_), None) => {
+                let s = self.sessions.remove(&tgid).expect("matched above");
+                stop_replay(&s.mode);
+                self.status.ignored += 1;
+                for m in &s.members {
+                    self.owner.remove(m);
+                    self.src.untrack(*m);
+                }
+            }
+            (None, Some((d, _))) => {
+                self.owner.insert(tgid, tgid);
+                // Tracked again explicitly: an earlier exec of this process
+                // that the policy refused may have untracked it after this
+                // exec had re-tracked it.
+                self.src.track(tgid, d.mode.recorded());
+                if replay_started {
+                    // Recorded in the kernel: the session's bookkeeping
+                    // (reading the mount table) can wait behind the
+                    // replay's start.
+                    self.rt.set(false);
+                }
+                self.sessions.insert(tgid, new_session(tgid, d, ts_ns));
+            }
+            (None, None) => {
+                self.status.ignored += 1;
+                // Not if it has exec'd again since: the kernel side tracks
+                // it anew for that exec (`env`, a launcher the policy does
+                // not name, running a program it does), which its own
+                // event decides.
+                if !execed_again(tgid, file) {
+                    self.src.untrack(tgid);
+                }
+            }
+        }
+        if replay_started {
+            // The launch is recorded: let its replay thread, waiting on
+            // this CPU, run now.
+            self.rt.set(false);
+        }
+        true
+    }
+
+    /// Gives each event to the launch it belongs to.
+    fn collect(&mut self, buf: &mut Vec<Event>, handled: &HashSet<u32>) {
+        for ev in buf.drain(..) {
+            let tgid = ev.tgid();
+            if matches!(ev, Event::Exec { .. })
+                && handled.contains(&tgid)
+                && !self.owner.contains_key(&tgid)
+            {
+                continue; // ignored by policy
+            }
+            let Some(&root) = self.owner.get(&tgid) else {
+                continue;
+            };
+            let Some(s) = self.sessions.get_mut(&root) else {
+                continue;
+            };
+            match ev {
+                Event::Fork { child_tgid, .. } => {
+                    self.owner.insert(child_tgid, root);
+                    s.members.insert(child_tgid);
+                }
+                Event::Exit { ts_ns, .. } => s.last_exit_ns = s.last_exit_ns.max(ts_ns),
+                _ => {}
+            }
+            if s.agg.take(&mut vec![ev]) {
+                s.last_io = Instant::now();
+            }
+        }
+    }
+
+    /// Finished sessions: the tree exited, went idle, or ran too long.
+    /// Naming files, compiling and writing happen on the learners, so the
+    /// next exec is not kept waiting.
+    fn finish_done(&mut self) {
+        let idle = Duration::from_secs_f64(self.dcfg.idle_s);
+        let timeout = Duration::from_secs_f64(self.dcfg.timeout_s);
+        let done: Vec<u32> = self
+            .sessions
+            .iter()
+            .filter(|(_, s)| {
+                // A launch followed as a tree only has no I/O to go idle
+                // on: it ends once its replay has, and the idle time passed.
+                let quiet = if s.recorded() {
+                    s.last_io.elapsed() >= idle
+                } else {
+                    s.replay_done() && s.started.elapsed() >= idle
+                };
+                s.agg.tree_done() || quiet || s.started.elapsed() >= timeout
+            })
+            .map(|(r, _)| *r)
+            .collect();
+        for root in done {
+            let s = self.sessions.remove(&root).expect("listed above");
+            for m in &s.members {
+                self.owner.remove(m);
+                self.src.untrack(*m);
+            }
+            if let Mode::Prefetching {
+                first_request_ns,
+                first_start_ns,
+                seen_ns,
+                ..
+            } = &s.mode
+            {
+                self.status.launches_prefetched += 1;
+                let first = first_request_ns.load(Ordering::Relaxed);
+                if first > 0 {
+                    push_recent(&mut self.first_requests, since(s.exec_ts_ns, first) / 1e3);
+                    push_recent(
+                        &mut self.reactions,
+                        first.saturating_sub(*seen_ns) as f64 / 1e3,
+                    );
+                }
+                let start = first_start_ns.load(Ordering::Relaxed);
+                if start > 0 {
+                    push_recent(&mut self.first_starts, since(s.exec_ts_ns, start) / 1e3);
+                }
+            } else {
+                self.status.launches_learned += 1;
+            }
+            // The launch is over: its replay has nothing left to win.
+            stop_replay(&s.mode);
+            let (store, cfg, dcfg, drops, shared) = (
+                self.store.clone(),
+                self.cfg.clone(),
+                self.dcfg.clone(),
+                self.src.drops(),
+                Arc::clone(&self.shared),
+            );
+            let max = self.dcfg.store_max_mib << 20;
+            self.learners.submit(move || {
+                let mut err = std::io::stderr();
+                match finish(s, drops, &shared, &store, &cfg, &dcfg, &mut err) {
+                    Ok(Fate::Written) => evict_lru(&shared, &store, max),
+                    Ok(Fate::Trivial | Fate::Forgotten | Fate::Busy) => {}
+                    Err(e) => {
+                        let _ = writeln!(err, "warmstart daemon: {e}");
+                    }
+                }
+            });
+        }
+    }
+
+    /// The status the control thread answers with.
+    fn publish(&mut self) {
+        let st = &mut self.status;
+        st.uptime_s = self.started.elapsed().as_secs_f64();
+        st.active_sessions = self.sessions.len();
+        st.drops = self.src.drops();
+        st.exec_to_replay_us = percentiles(&self.latencies);
+        st.exec_to_first_request_us = percentiles(&self.first_requests);
+        st.start_to_first_request_us = percentiles(&self.reactions);
+        st.exec_to_first_start_us = percentiles(&self.first_starts);
+        let c = self.shared.cache.counts();
+        (st.profiles_in_memory, st.plans_in_memory) = (c.profiles, c.plans);
+        (st.plan_memory_bytes, st.plans_not_in_memory) = (c.plan_bytes, c.spilled);
+        st.trivial_programs = self.shared.trivial().len();
+        st.learn_queue = self.learners.pending();
+        st.learn_dropped = self.learners.dropped();
+        st.sessions = self
+            .sessions
+            .iter()
+            .map(|(pid, s)| session_status(*pid, s))
+            .collect();
+        *self.shared.status.lock().unwrap_or_else(|e| e.into_inner()) = st.clone();
+    }
+}
+
+/// Whether `tgid` runs another program than the exec event reports: it
+/// has exec'd again since (its next exec event follows).
+fn execed_again(tgid: u32, file: &warmstart_bpf::FileInfo) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match std::fs::metadata(format!("/proc/{tgid}/exe")) {
+        Ok(m) => {
+            m.ino() != file.ino
+                || m.dev() != warmstart_record::resolve::kdev_to_user(file.dev as u64)
+        }
+        Err(_) => false,
+    }
+}
+
+/// Appends `x`, dropping the oldest beyond [`RECENT_LAUNCHES`].
+fn push_recent(v: &mut Vec<f64>, x: f64) {
+    if v.len() >= RECENT_LAUNCHES {
+        v.drain(..=v.len() - RECENT_LAUNCHES);
+    }
+    v.push(x);
+}
+
+fn percentiles(v: &[f64]) -> [f64; 3] {
+    if v.is_empty() {
+        return [0.0; 3];
+    }
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let at = |q: f64| s[((s.len() - 1) as f64 * q).round() as usize];
+    [at(0.5), at(0.9), s[s.len() - 1]]
+}
+
+#[cfg(test)]
+#[path = "event_loop_tests.rs"]
+mod tests;

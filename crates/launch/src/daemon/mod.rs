@@ -1,0 +1,248 @@
+//! Automatic mode: `warmstart daemon` speeds up launches nobody wrapped.
+//!
+//! One recorder stays loaded with exec watching on: every exec on the
+//! system is reported, and is already being traced when user space first
+//! hears of it, so nothing a launch reads is lost. The daemon then decides
+//! with the same launch manager as `warmstart run` (same profiles, same
+//! plans): a program with a plan gets its replay started at once and the
+//! launch is audited exactly (the recorder is loaded anyway); a program
+//! still learning is recorded; anything else — denied by policy, a system
+//! service, too small, warmstart itself — is untracked immediately.
+//!
+//! A crash of the daemon cannot affect the programs it watches: it never
+//! stops, holds or signals them; it only reads their files.
+//!
+//! The parts, one concern each: `config` (the config file), `policy`
+//! (which launches are followed), `control` (the control socket),
+//! `cache` (profiles and plans in memory), `follow` (deciding a launch
+//! and starting its replay), `learn` (finishing a launch on a bounded
+//! pool), `event_loop` (events in, decisions out, behind an
+//! `EventSource` a test can fake) and `tuning` (real-time waits, locked
+//! code, replay thread placement).
+
+mod cache;
+mod config;
+mod control;
+mod event_loop;
+mod follow;
+mod learn;
+mod policy;
+mod tuning;
+
+use std::collections::{BTreeSet, HashMap};
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+pub use config::{DaemonConfig, LearnMode, DEFAULT_SOCKET};
+pub use control::{
+    query, query_checked, request, ControlError, DaemonStatus, Reply, Request, SessionStatus,
+};
+pub use policy::{missing_script, policy_path};
+
+use cache::{check_cache, load_cache, Cache};
+use control::{bind_root_only, load_learn_list, lock_exclusive, lock_path, serve, socket_ino};
+use event_loop::Loop;
+use learn::Learners;
+use policy::Trivial;
+use tuning::{lock_own_code, Realtime};
+
+use crate::manager::Config;
+use crate::store::Store;
+use crate::Error;
+
+/// What the control thread, the event loop, the cache checker and the
+/// learners share.
+struct Shared {
+    status: Mutex<DaemonStatus>,
+    /// Policy keys added with `warmstart learn`; kept in `learn.json`.
+    learn: Mutex<BTreeSet<String>>,
+    /// Held while a profile is written. Maps the profiles forgotten or
+    /// reset to when: a launch that began before is not written back, so
+    /// a forgotten profile does not come back from a launch in progress.
+    /// Never held across I/O on files the daemon did not write.
+    profiles: Mutex<HashMap<String, Instant>>,
+    /// What the state directory says, kept in memory so that an exec is
+    /// decided without file I/O. Written only with `profiles` held.
+    cache: Cache,
+    /// Programs whose launches are too trivial to learn, for a while.
+    trivial: Mutex<Trivial>,
+}
+
+impl Shared {
+    fn new(status: DaemonStatus, learn: BTreeSet<String>, cache: Cache) -> Shared {
+        Shared {
+            status: Mutex::new(status),
+            learn: Mutex::new(learn),
+            profiles: Mutex::new(HashMap::new()),
+            cache,
+            trivial: Mutex::new(Trivial::default()),
+        }
+    }
+
+    fn trivial(&self) -> MutexGuard<'_, Trivial> {
+        self.trivial.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The launch manager's settings the daemon's config file sets.
+fn manager_config(dcfg: &DaemonConfig, log: &mut dyn Write) -> Config {
+    let mut cfg = Config {
+        state_dir: dcfg.state_dir.clone(),
+        ..Config::default()
+    };
+    cfg.compile.min_launch_bytes = dcfg.min_launch_kib * 1024;
+    cfg.replay.memory_floor = dcfg.memory_floor_mib.map(|m| m << 20);
+    cfg.replay.workers = dcfg.replay_workers.clamp(1, 64);
+    cfg.replay.queue_depth = 2 * cfg.replay.workers;
+    cfg.replay.io_priority = dcfg.io_priority.as_ref().and_then(|p| p.parse().ok());
+    cfg.replay.cpus = dcfg.replay_cpus.parse().unwrap_or_default();
+    if let Some(w) = warmstart_replay::unusable_cpus(&cfg.replay.cpus) {
+        let _ = writeln!(log, "warmstart daemon: {w}");
+    }
+    cfg
+}
+
+/// Runs until `stop` is set (SIGTERM/SIGINT in the binary).
+pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> Result<(), Error> {
+    let store = Store::open(&dcfg.state_dir)?;
+    // Plans reveal which files a user's programs touched: root only.
+    let _ = std::fs::set_permissions(store.root(), std::fs::Permissions::from_mode(0o700));
+    let cfg = manager_config(dcfg, log);
+
+    // Two daemons would trace everything twice and fight over profiles:
+    // one per state directory and one per socket, held until exit (a
+    // status query alone let two daemons started together both run).
+    let _state_lock = lock_exclusive(store.root(), true)?;
+    // What writers killed mid-write left behind.
+    match store.sweep(crate::store::LEFTOVER_AGE) {
+        Ok(0) => {}
+        Ok(n) => {
+            let _ = writeln!(
+                log,
+                "warmstart daemon: removed {n} temporary file(s) left by a killed writer"
+            );
+        }
+        Err(e) => {
+            let _ = writeln!(
+                log,
+                "warmstart daemon: cannot sweep the state directory: {e}"
+            );
+        }
+    }
+    control::socket_dir(&dcfg.socket)?;
+    let _socket_lock = lock_exclusive(&lock_path(&dcfg.socket), false)?;
+    if let Some(other) = query(&dcfg.socket) {
+        return Err(Error::io(
+            &dcfg.socket,
+            std::io::Error::new(
+                std::io::ErrorKind::AddrInUse,
+                format!("another warmstart daemon (pid {}) is running", other.pid),
+            ),
+        ));
+    }
+    let mut status = DaemonStatus {
+        pid: std::process::id(),
+        state_dir: store.root().to_path_buf(),
+        config: Some(dcfg.clone()),
+        ..Default::default()
+    };
+    // The control thread answers from this at once (a status of pid 0
+    // means the daemon is stopping).
+    let shared = Arc::new(Shared::new(
+        status.clone(),
+        load_learn_list(&store, log),
+        Cache::with_budget(dcfg.plan_memory_mib << 20),
+    ));
+    // Ready before the control socket exists, since its appearing is what
+    // callers (the bench, scripts, tests) wait for: with the socket bound
+    // first, a launch right after it (caches dropped in between, as the
+    // bench does) raced the daemon reading its own code back for `mlock`
+    // and its profiles and plans from storage.
+    lock_own_code(log);
+    load_cache(&shared, &store, log);
+    let c = shared.cache.counts();
+    (status.profiles_in_memory, status.plans_in_memory) = (c.profiles, c.plans);
+    (status.plan_memory_bytes, status.plans_not_in_memory) = (c.plan_bytes, c.spilled);
+    *shared.status.lock().unwrap_or_else(|e| e.into_inner()) = status.clone();
+    // Execs are watched from here on, with the plans at hand: events of a
+    // slow start-up (a cold cache at boot) are not left queued behind it.
+    let rec = warmstart_bpf::Recorder::start(warmstart_bpf::Options {
+        watch_exec: true,
+        ..Default::default()
+    })
+    .map_err(warmstart_record::Error::from)?;
+    let listener = bind_root_only(&dcfg.socket)?;
+    let our_socket = socket_ino(&dcfg.socket);
+    // Kept here, so that shutting the socket down at exit never hits a
+    // descriptor the control thread has closed and the number reused.
+    let wake = listener
+        .try_clone()
+        .map_err(|e| Error::io(&dcfg.socket, e))?;
+    let (check, jobs) = std::sync::mpsc::channel();
+    let checker = {
+        let (shared, store) = (Arc::clone(&shared), store.clone());
+        std::thread::Builder::new()
+            .name("ws-cache".into())
+            .spawn(move || check_cache(jobs, &shared, &store))
+            .map_err(|e| Error::io(&dcfg.state_dir, e))?
+    };
+    let control = {
+        let (shared, store, d, cfg) = (
+            Arc::clone(&shared),
+            store.clone(),
+            dcfg.clone(),
+            cfg.clone(),
+        );
+        std::thread::Builder::new()
+            .name("ws-control".into())
+            .spawn(move || serve(listener, &shared, &store, &d, &cfg))
+            .map_err(|e| Error::io(&dcfg.socket, e))?
+    };
+    let learners = Learners::new(dcfg.learn_workers, Learners::QUEUE)
+        .map_err(|e| Error::io(&dcfg.state_dir, e))?;
+    let _ = writeln!(
+        log,
+        "warmstart daemon: watching execs; state in {}, control socket {}",
+        store.root().display(),
+        dcfg.socket.display()
+    );
+
+    let rt = Realtime::new(log);
+    let mut lp = Loop::new(
+        rec,
+        dcfg.clone(),
+        cfg,
+        store,
+        Arc::clone(&shared),
+        check,
+        Arc::new(learners),
+        rt,
+        status,
+    );
+    let mut result = Ok(());
+    while !stop.load(Ordering::Relaxed) {
+        if let Err(e) = lp.step() {
+            result = Err(e);
+            break;
+        }
+    }
+    // Normal scheduling again before anything else: after a reload
+    // (SIGHUP) the next `run` starts its threads from this one.
+    drop(lp);
+    // Wake the control thread from accept() so it sees the stop: by a
+    // connection, and by shutting the listening socket down in case its
+    // path was removed or taken meanwhile.
+    shared.status.lock().unwrap_or_else(|e| e.into_inner()).pid = 0;
+    let _ = std::os::unix::net::UnixStream::connect(&dcfg.socket);
+    // SAFETY: shutdown on a descriptor this thread owns.
+    unsafe { libc::shutdown(std::os::fd::AsRawFd::as_raw_fd(&wake), libc::SHUT_RDWR) };
+    let _ = control.join();
+    let _ = checker.join();
+    if socket_ino(&dcfg.socket) == our_socket {
+        let _ = std::fs::remove_file(&dcfg.socket);
+    }
+    result
+}

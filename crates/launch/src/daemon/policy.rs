@@ -1,0 +1,470 @@
+//! Which launches the daemon follows: the configured allow and deny globs,
+//! the key a launch is judged by (the script for interpreters), and the
+//! trivial launches (`true`, `ls`, `grep` in a shell loop) that are not
+//! worth a profile.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use warmstart_plan::trace::TraceStats;
+
+use super::config::{DaemonConfig, LearnMode};
+
+impl DaemonConfig {
+    /// Whether a launch whose key path is `path` may be traced.
+    pub fn allows(&self, path: &str) -> bool {
+        let m = |g: &String| glob::Pattern::new(g).is_ok_and(|p| p.matches(path));
+        if self.denied_by(path).is_some() {
+            return false;
+        }
+        match self.learn {
+            LearnMode::All => true,
+            LearnMode::AllowList => self.allow.iter().any(m),
+        }
+    }
+
+    /// Whether a launch keyed `path` is followed: allowed by the policy,
+    /// or named by `warmstart learn` (`learn`), or `continued` (its process
+    /// was an allowed launch before this exec) — unless denied.
+    pub fn permits(&self, path: &str, continued: bool, learn: &BTreeSet<String>) -> bool {
+        self.allows(path) || ((continued || learn.contains(path)) && self.denied_by(path).is_none())
+    }
+
+    /// Whether an `allow` glob names `path`.
+    pub fn named_by_allow(&self, path: &str) -> bool {
+        self.allow
+            .iter()
+            .any(|g| glob::Pattern::new(g).is_ok_and(|p| p.matches(path)))
+    }
+
+    /// The first deny pattern matching `path`.
+    pub fn denied_by(&self, path: &str) -> Option<&str> {
+        self.deny
+            .iter()
+            .find(|g| glob::Pattern::new(g).is_ok_and(|p| p.matches(path)))
+            .map(String::as_str)
+    }
+
+    /// Whether a recorded launch is worth a profile: it ran at least
+    /// `min_learn_ms`, or used at least `min_learn_kib` of file data and
+    /// metadata. A launch that is neither costs more to learn and replay
+    /// than a prefetch could save.
+    pub fn worth_learning(&self, stats: &TraceStats) -> bool {
+        let ms = stats.duration_ns / 1_000_000;
+        let bytes = stats.bytes.saturating_add(stats.metadata_bytes);
+        self.min_learn_ms == 0
+            || ms >= self.min_learn_ms
+            || bytes >= self.min_learn_kib.saturating_mul(1024)
+    }
+}
+
+/// Policy keys whose launches were found trivial, and until when they are
+/// left alone: a storm of `/bin/true` is then decided from memory, without
+/// recording another launch. Bounded, so that a machine running many
+/// distinct tools does not grow it without end.
+#[derive(Default)]
+pub(crate) struct Trivial(HashMap<String, Instant>);
+
+impl Trivial {
+    /// How long a trivial program is left alone before one launch of it
+    /// is recorded again (it may have become a bigger program).
+    pub(crate) const HOLD: Duration = Duration::from_secs(3600);
+    const MAX: usize = 4096;
+
+    pub(crate) fn mark(&mut self, key: &str, now: Instant) {
+        if self.0.len() >= Self::MAX && !self.0.contains_key(key) {
+            self.0.retain(|_, until| *until > now);
+            if self.0.len() >= Self::MAX {
+                self.0.clear();
+            }
+        }
+        self.0.insert(key.to_string(), now + Self::HOLD);
+    }
+
+    pub(crate) fn holds(&self, key: &str, now: Instant) -> bool {
+        self.0.get(key).is_some_and(|until| *until > now)
+    }
+
+    pub(crate) fn remove(&mut self, key: &str) {
+        self.0.remove(key);
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
+/// The path that names a launch for policy: the script or main class for
+/// interpreters (`python3 app.py` is `app.py`, not python3), else the binary.
+/// A relative script is taken in `cwd`, the launching process's directory.
+pub fn policy_path(exe: &str, argv: &[String], cwd: &Path) -> String {
+    if let Some((script, java)) = script_of(exe, argv) {
+        if let Ok(p) = std::fs::canonicalize(cwd.join(script)) {
+            return p.display().to_string();
+        }
+        if java {
+            return script.to_string();
+        }
+    }
+    exe.to_string()
+}
+
+/// The base name of `exe` if it is an interpreter (of scripts, or of a
+/// main class for java).
+fn interpreter(exe: &str) -> Option<String> {
+    let base = Path::new(exe)
+        .file_name()
+        .map(|b| b.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    // /bin/sh is dash on Debian: the executable the kernel reports is dash.
+    [
+        "python", "perl", "ruby", "node", "bash", "dash", "zsh", "sh", "java",
+    ]
+    .iter()
+    .any(|i| base == *i || base.starts_with(&format!("{i}3")) || base.starts_with(&format!("{i}.")))
+    .then_some(base)
+}
+
+/// What a trivial launch holds back ([`Trivial`]): the program (its
+/// policy key: every `grep` alike, whatever it searches), except for an
+/// interpreter running inline code (`sh -c`, `python3 -c`), whose
+/// launches have nothing in common but the interpreter: there, only the
+/// same command line (its profile `name`).
+pub(crate) fn trivial_key(exe: &str, argv: &[String], key: &str, name: &str) -> String {
+    if interpreter(exe).is_some() && script_of(exe, argv).is_none() {
+        name.to_string()
+    } else {
+        key.to_string()
+    }
+}
+
+/// The script an interpreter runs (and whether the interpreter is java,
+/// whose "script" is a main class), if it runs one: not for `python3 -c
+/// CODE`, `-m module`, `sh -c`, `perl -e`.
+fn script_of<'a>(exe: &str, argv: &'a [String]) -> Option<(&'a str, bool)> {
+    let base = interpreter(exe)?;
+    let java = base == "java";
+    let first = argv.iter().skip(1).position(|a| !a.starts_with('-'))?;
+    // No lookup of inline code as a file either: after a cache drop that
+    // reads the directory from disk on the exec's critical path.
+    let inline = first > 0 && !java && ["-c", "-m", "-e", "-E"].contains(&argv[first].as_str());
+    (!inline).then(|| (argv[first + 1].as_str(), java))
+}
+
+/// For `warmstart learn`: the script an interpreter would run that does
+/// not exist (a typo would otherwise put the interpreter itself, and so
+/// every script it runs, on the learn list).
+pub fn missing_script(exe: &str, argv: &[String], cwd: &Path) -> Option<String> {
+    let (script, java) = script_of(exe, argv)?;
+    // Only what names a file: the value of an option (`python3 -X
+    // importtime app.py`) may come first and is no script.
+    let file_like = script.contains('/') || script.contains('.');
+    (!java && file_like && !cwd.join(script).exists()).then(|| script.to_string())
+}
+
+/// If an execve of `filename` with `given` arguments became an exec of a
+/// program with the arguments `now`, as the kernel runs a script (`#!`):
+/// the interpreter and its option, before the script as given to execve,
+/// then the script's own arguments. Returns what comes before the script.
+pub(crate) fn script_prefix(
+    filename: &str,
+    given: &[String],
+    now: &[String],
+) -> Option<Vec<String>> {
+    let rest = given.get(1..).unwrap_or_default();
+    let at = now.len().checked_sub(rest.len() + 1)?;
+    (at >= 1 && now[at] == filename && now[at + 1..] == *rest).then(|| now[..at].to_vec())
+}
+
+/// Scripts run directly, by their resolved path: the interpreter's resolved
+/// path and the arguments before the script. Learned at their exec events
+/// (the execve names the script, the exec its interpreter), so that their
+/// next execve can start the replay the interpreter's exec would.
+#[derive(Default)]
+pub(crate) struct Scripts(HashMap<PathBuf, (String, Vec<String>)>);
+
+impl Scripts {
+    /// Bounds the memory a machine running many scripts can take.
+    const MAX: usize = 1024;
+
+    pub(crate) fn remember(
+        &mut self,
+        tgid: u32,
+        filename: &str,
+        interpreter: &str,
+        prefix: Vec<String>,
+    ) {
+        let Ok(cwd) = std::fs::read_link(format!("/proc/{tgid}/cwd")) else {
+            return;
+        };
+        let Ok(script) = std::fs::canonicalize(cwd.join(filename)) else {
+            return;
+        };
+        if self.0.len() >= Self::MAX && !self.0.contains_key(&script) {
+            self.0.clear();
+        }
+        self.0.insert(script, (interpreter.to_string(), prefix));
+    }
+
+    pub(crate) fn get(&self, script: &Path) -> Option<&(String, Vec<String>)> {
+        self.0.get(script)
+    }
+
+    pub(crate) fn forget(&mut self, script: &Path) {
+        self.0.remove(script);
+    }
+}
+
+/// A launch's command line with a relative program made absolute (in the
+/// process's working directory), and its policy key ([`policy_path`]).
+pub(crate) fn launch_key(tgid: u32, exe: &str, argv: &[String]) -> Option<(Vec<String>, String)> {
+    let mut argv = argv.to_vec();
+    if argv.is_empty() {
+        return None;
+    }
+    // Gone already (nothing to prefetch), or not ours to read: a relative
+    // path cannot be placed.
+    let cwd = std::fs::read_link(format!("/proc/{tgid}/cwd")).ok()?;
+    // `./app` names the same program as `warmstart run -- ./app` did
+    // where it was started, not a file relative to the daemon.
+    if argv[0].contains('/') && !argv[0].starts_with('/') {
+        argv[0] = cwd.join(&argv[0]).display().to_string();
+    }
+    let key = policy_path(exe, &argv, &cwd);
+    Some((argv, key))
+}
+
+pub(crate) fn read_cmdline(pid: u32) -> Option<Vec<String>> {
+    warmstart_bpf::split_cmdline(&std::fs::read(format!("/proc/{pid}/cmdline")).ok()?)
+}
+
+pub(crate) fn is_service(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .is_ok_and(|c| c.contains("/system.slice/"))
+}
+
+/// The real uid a process runs as, from `/proc/PID/status`: profiles are
+/// per user. `None` once the process is gone.
+pub(crate) fn launch_uid(proc: &Path, pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(proc.join(pid.to_string()).join("status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_launch_is_its_real_uid() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join("42")).unwrap();
+        std::fs::write(
+            d.path().join("42/status"),
+            "Name:\tsh\nUid:\t1000\t0\t0\t0\nGid:\t1000\t1000\t1000\t1000\n",
+        )
+        .unwrap();
+        assert_eq!(launch_uid(d.path(), 42), Some(1000));
+        assert_eq!(launch_uid(d.path(), 43), None);
+        // SAFETY: getuid has no preconditions.
+        let me = unsafe { libc::getuid() };
+        assert_eq!(launch_uid(Path::new("/proc"), std::process::id()), Some(me));
+    }
+
+    fn v(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn scripts_are_told_from_their_exec() {
+        // `./tool -v x` with `#!/usr/bin/python3 -u`.
+        assert_eq!(
+            script_prefix(
+                "./tool",
+                &v(&["tool", "-v", "x"]),
+                &v(&["/usr/bin/python3", "-u", "./tool", "-v", "x"])
+            ),
+            Some(v(&["/usr/bin/python3", "-u"]))
+        );
+        // Without arguments, and without an interpreter option.
+        assert_eq!(
+            script_prefix("/opt/t", &v(&["t"]), &v(&["/bin/sh", "/opt/t"])),
+            Some(v(&["/bin/sh"]))
+        );
+        // An ELF program: the exec's command line is the execve's.
+        assert_eq!(
+            script_prefix("/usr/bin/ls", &v(&["ls", "-l"]), &v(&["ls", "-l"])),
+            None
+        );
+        // Arguments that differ, a script name not where it belongs.
+        assert_eq!(
+            script_prefix("./t", &v(&["t", "a"]), &v(&["/bin/sh", "./t", "b"])),
+            None
+        );
+        assert_eq!(script_prefix("./t", &v(&["t"]), &v(&["./t"])), None);
+        assert_eq!(script_prefix("./t", &[], &[]), None);
+    }
+
+    #[test]
+    fn policy_table() {
+        let mut c = DaemonConfig::default();
+        let cases = [
+            ("/usr/bin/gimp", true),
+            ("/usr/sbin/sshd", false),
+            ("/usr/lib/systemd/systemd-journald", false),
+            ("/usr/local/bin/warmstart", false),
+        ];
+        for (p, want) in cases {
+            assert_eq!(c.allows(p), want, "{p}");
+        }
+        c.learn = LearnMode::AllowList;
+        c.allow = vec!["/opt/app/*".into()];
+        assert!(c.allows("/opt/app/bin"));
+        assert!(!c.allows("/usr/bin/gimp"));
+    }
+
+    #[test]
+    fn permits_table() {
+        let mut c = DaemonConfig {
+            learn: LearnMode::AllowList,
+            allow: v(&["/opt/app/*"]),
+            ..Default::default()
+        };
+        c.deny.push("/opt/bad/*".into());
+        let listed = BTreeSet::from(["/usr/bin/gimp".to_string(), "/opt/bad/x".to_string()]);
+        let none = BTreeSet::new();
+        // (key, continued, learn list, followed)
+        let cases = [
+            ("/opt/app/a", false, &none, true),
+            ("/usr/bin/gimp", false, &none, false),
+            ("/usr/bin/gimp", false, &listed, true),
+            ("/usr/bin/gimp", true, &none, true),
+            // A deny entry wins over the learn list and over a launch
+            // continuing into it.
+            ("/opt/bad/x", false, &listed, false),
+            ("/opt/bad/x", true, &none, false),
+            ("/usr/sbin/sshd", true, &listed, false),
+        ];
+        for (key, continued, learn, want) in cases {
+            assert_eq!(c.permits(key, continued, learn), want, "{key} {continued}");
+        }
+    }
+
+    #[test]
+    fn trivial_launches_are_not_worth_learning() {
+        let c = DaemonConfig::default();
+        let stats = |ms: u64, kib: u64, meta_kib: u64| TraceStats {
+            duration_ns: ms * 1_000_000,
+            bytes: kib * 1024,
+            metadata_bytes: meta_kib * 1024,
+            ..Default::default()
+        };
+        // (what, duration ms, data KiB, metadata KiB, worth a profile), the
+        // figures measured with `warmstart record` (see DEFAULT_MIN_LEARN_MS).
+        let cases = [
+            ("true, cold", 2, 1229, 0, false),
+            ("ls /usr, warm", 15, 2150, 0, false),
+            ("grep, cold", 3, 2765, 0, false),
+            ("git --version", 3, 5530, 0, true),
+            ("python3 -c pass", 533, 16998, 0, true),
+            ("small but slow", 40, 100, 0, true),
+            ("fast, metadata heavy", 5, 2048, 2048, true),
+        ];
+        for (what, ms, kib, meta, want) in cases {
+            assert_eq!(c.worth_learning(&stats(ms, kib, meta)), want, "{what}");
+        }
+        let all = DaemonConfig {
+            min_learn_ms: 0,
+            ..Default::default()
+        };
+        assert!(all.worth_learning(&stats(0, 0, 0)), "0 learns everything");
+    }
+
+    #[test]
+    fn trivial_launches_hold_back_their_program_or_their_inline_code() {
+        // (exe, argv, policy key, held back)
+        let cases = [
+            (
+                "/usr/bin/grep",
+                v(&["grep", "x", "f"]),
+                "/usr/bin/grep",
+                "/usr/bin/grep",
+            ),
+            (
+                "/usr/bin/dash",
+                v(&["sh", "-c", "true"]),
+                "/usr/bin/dash",
+                "name",
+            ),
+            (
+                "/usr/bin/python3.11",
+                v(&["python3", "-c", "1"]),
+                "/usr/bin/python3.11",
+                "name",
+            ),
+            (
+                "/usr/bin/python3.11",
+                v(&["python3", "/opt/t.py"]),
+                "/opt/t.py",
+                "/opt/t.py",
+            ),
+        ];
+        for (exe, argv, key, want) in cases {
+            assert_eq!(trivial_key(exe, &argv, key, "name"), want, "{argv:?}");
+        }
+    }
+
+    #[test]
+    fn trivial_programs_are_held_for_a_while_and_bounded() {
+        let mut t = Trivial::default();
+        let now = Instant::now();
+        t.mark("/usr/bin/true", now);
+        assert!(t.holds("/usr/bin/true", now));
+        assert!(!t.holds("/usr/bin/ls", now));
+        assert!(!t.holds("/usr/bin/true", now + Trivial::HOLD));
+        for i in 0..Trivial::MAX + 10 {
+            t.mark(&format!("/bin/p{i}"), now);
+        }
+        assert!(t.len() <= Trivial::MAX);
+    }
+
+    #[test]
+    fn interpreters_are_keyed_by_script() {
+        let d = tempfile::tempdir().unwrap();
+        let script = d.path().join("app.py");
+        std::fs::write(&script, "").unwrap();
+        let argv = vec!["python3".into(), "-u".into(), script.display().to_string()];
+        let canon = std::fs::canonicalize(&script)
+            .unwrap()
+            .display()
+            .to_string();
+        assert_eq!(
+            policy_path("/usr/bin/python3.11", &argv, Path::new("/")),
+            canon
+        );
+        assert_eq!(
+            policy_path(
+                "/usr/bin/gimp",
+                &["gimp".into(), "x.png".into()],
+                Path::new("/")
+            ),
+            "/usr/bin/gimp"
+        );
+        let inline = ["python3".into(), "-c".into(), "app.py".into()];
+        assert_eq!(
+            policy_path("/usr/bin/python3.11", &inline, d.path()),
+            "/usr/bin/python3.11",
+            "-c takes code, not a script"
+        );
+        assert_eq!(
+            missing_script("/usr/bin/python3", &v(&["python3", "nope.py"]), d.path()),
+            Some("nope.py".into())
+        );
+    }
+}

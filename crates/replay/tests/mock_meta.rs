@@ -1,0 +1,293 @@
+//! Metadata from the block device, against the scripted backend: read
+//! first, merged in device order, skipped for filesystems whose metadata
+//! cache device reads do not fill, and reported per device.
+
+use warmstart_plan::plan::{PlanFile, PlanMeta};
+use warmstart_plan::trace::FileId;
+use warmstart_plan::{Entry, Plan};
+use warmstart_replay::mock::{Call, MockBackend};
+use warmstart_replay::{metadata_paths, replay, Count, IoPriority, MetaPath, Options};
+
+const K: u64 = 1024;
+const M: u64 = 1024 * K;
+
+fn id() -> FileId {
+    FileId {
+        dev: libc::makedev(8, 1),
+        ino: 1,
+        size: 64 * M,
+        mtime_ns: 1,
+        ctime_ns: 2,
+    }
+}
+
+fn plan(entries: Vec<Entry>) -> Plan {
+    Plan {
+        meta: PlanMeta {
+            command: vec!["app".into()],
+            created_unix_ms: 0,
+            traces: 1,
+            min_traces: 1,
+            passes: vec![],
+            sorted: false,
+        },
+        files: vec![PlanFile {
+            path: "/a".into(),
+            id: id(),
+        }],
+        lookups: vec![],
+        entries,
+    }
+}
+
+fn meta(device: u64, offset: u64, len: u64) -> Entry {
+    Entry::Meta {
+        device,
+        offset,
+        len,
+    }
+}
+
+fn data(offset: u64, len: u64) -> Entry {
+    Entry::Data {
+        file: 0,
+        offset,
+        len,
+    }
+}
+
+fn prefetch(target: &str, offset: u64, len: u64) -> Call {
+    Call::Prefetch {
+        target: target.into(),
+        offset,
+        len,
+    }
+}
+
+/// One worker and an I/O priority, so the dispatcher hands everything to
+/// the worker and the order of calls is the order of dispatch.
+fn in_order() -> Options {
+    Options {
+        workers: 1,
+        queue_depth: 2,
+        io_priority: Some(IoPriority::BestEffort(4)),
+        ..Options::default()
+    }
+}
+
+fn io_calls(b: &MockBackend) -> Vec<Call> {
+    b.calls()
+        .into_iter()
+        .filter(|c| {
+            matches!(
+                c,
+                Call::OpenFile(_) | Call::OpenDevice(_) | Call::Prefetch { .. }
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn metadata_is_read_first_merged_in_device_order() {
+    let dev = libc::makedev(8, 1);
+    let b = MockBackend::new()
+        .with_file("/a", id())
+        .with_device(dev)
+        .with_device_fs(dev, "ext4");
+    let p = plan(vec![
+        data(0, 4 * K),
+        meta(dev, M, 4 * K),
+        data(4 * K, 4 * K),
+        meta(dev, 0, 4 * K),
+        meta(dev, 8 * K, 4 * K),
+        meta(dev, M + 4 * K, 4 * K),
+    ]);
+    let r = replay(&p, &in_order(), &b).unwrap();
+    assert_eq!(
+        io_calls(&b),
+        vec![
+            Call::OpenDevice(dev),
+            prefetch("dev:8:1", 0, 12 * K),
+            prefetch("dev:8:1", M, 8 * K),
+            Call::OpenFile("/a".into()),
+            prefetch("/a", 0, 4 * K),
+            prefetch("/a", 4 * K, 4 * K),
+        ]
+    );
+    assert_eq!(
+        r.meta,
+        Count {
+            entries: 4,
+            bytes: 16 * K
+        }
+    );
+    assert_eq!(r.entries_issued, 6);
+    assert_eq!(r.meta_devices.len(), 1);
+    let d = &r.meta_devices[0];
+    assert_eq!(d.path, MetaPath::DeviceRead);
+    assert_eq!(d.fs_type.as_deref(), Some("ext4"));
+    assert_eq!((d.ranges, d.requests, d.requested_bytes), (2, 2, 20 * K));
+    let json = serde_json::to_value(&r).unwrap();
+    assert_eq!(json["meta_devices"][0]["path"], "device-read");
+}
+
+#[test]
+fn a_merged_range_is_cut_at_the_devices_read_ahead_not_at_max_request() {
+    let dev = libc::makedev(8, 1);
+    let b = MockBackend::new()
+        .with_device(dev)
+        .with_read_ahead(dev, 8 * M);
+    let p = plan(vec![meta(dev, 0, 3 * M), meta(dev, 3 * M, M)]);
+    let r = replay(&p, &in_order(), &b).unwrap();
+    // Data requests stop at 512 KiB; metadata read up front goes in the
+    // largest pieces forced readahead reads in one pass (2 MiB).
+    assert_eq!(
+        io_calls(&b),
+        vec![
+            Call::OpenDevice(dev),
+            prefetch("dev:8:1", 0, 2 * M),
+            prefetch("dev:8:1", 2 * M, 2 * M),
+        ]
+    );
+    assert_eq!(r.meta.entries, 2);
+}
+
+#[test]
+fn metadata_of_xfs_and_btrfs_is_not_read_from_the_device() {
+    let (ext4, xfs, btrfs) = (
+        libc::makedev(7, 0),
+        libc::makedev(7, 1),
+        libc::makedev(7, 2),
+    );
+    let b = MockBackend::new()
+        .with_device(ext4)
+        .with_device(xfs)
+        .with_device(btrfs)
+        .with_device_fs(ext4, "ext4")
+        .with_device_fs(xfs, "xfs")
+        .with_device_fs(btrfs, "btrfs");
+    let p = plan(vec![
+        meta(xfs, 0, 4 * K),
+        meta(btrfs, 0, 16 * K),
+        meta(ext4, 0, 4 * K),
+        meta(btrfs, M, 16 * K),
+    ]);
+    let r = replay(&p, &in_order(), &b).unwrap();
+    assert_eq!(
+        io_calls(&b),
+        vec![Call::OpenDevice(ext4), prefetch("dev:7:0", 0, 4 * K)]
+    );
+    assert_eq!(
+        r.skipped_meta,
+        Count {
+            entries: 3,
+            bytes: 36 * K
+        }
+    );
+    let paths: Vec<(String, MetaPath)> = r
+        .meta_devices
+        .iter()
+        .map(|d| (d.name.clone(), d.path.clone()))
+        .collect();
+    let unsupported = |fs: &str| MetaPath::FilesystemUnsupported { fs_type: fs.into() };
+    assert_eq!(
+        paths,
+        vec![
+            ("7:0".into(), MetaPath::DeviceRead),
+            ("7:1".into(), unsupported("xfs")),
+            ("7:2".into(), unsupported("btrfs")),
+        ]
+    );
+    let skipped: Vec<&str> = r.skipped_devices.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(skipped, vec!["7:1", "7:2"]);
+    assert!(
+        r.skipped_devices[1].error.contains("btrfs"),
+        "{:?}",
+        r.skipped_devices
+    );
+    assert_eq!(
+        r.meta_devices[2].path.to_string(),
+        "filesystem-unsupported (btrfs)"
+    );
+}
+
+#[test]
+fn metadata_paths_are_known_without_reading() {
+    let (ext4, vda, btrfs) = (
+        libc::makedev(7, 0),
+        libc::makedev(254, 0),
+        libc::makedev(7, 2),
+    );
+    let b = MockBackend::new()
+        .with_device(ext4)
+        .with_device_fs(ext4, "ext4")
+        .with_device_fs(vda, "ext4")
+        .with_device(btrfs)
+        .with_device_fs(btrfs, "btrfs");
+    let p = plan(vec![
+        meta(ext4, 0, 4 * K),
+        meta(vda, 0, 4 * K),
+        meta(btrfs, 0, 4 * K),
+    ]);
+    let paths = metadata_paths(&p, &b);
+    let got: Vec<String> = paths.iter().map(|d| d.path.to_string()).collect();
+    // In device order: 7:0, 7:2, 254:0.
+    assert_eq!(got[0], "device-read");
+    assert_eq!(got[1], "filesystem-unsupported (btrfs)");
+    assert!(got[2].starts_with("not-openable ("), "{got:?}");
+    assert!(got[2].contains("Operation not permitted"), "{got:?}");
+    assert!(paths.iter().all(|d| d.requests == 0));
+    assert_eq!(
+        io_calls(&b),
+        vec![Call::OpenDevice(ext4), Call::OpenDevice(vda)],
+        "opened to find out, never read; btrfs not even opened"
+    );
+    assert_eq!(b.open_handles(), 0, "and closed again");
+}
+
+/// A cancel while the metadata is being handed out stops the replay there:
+/// the schedule is not started, and what was not read is not reached.
+#[test]
+fn cancel_during_the_metadata_sweep_stops_the_replay() {
+    use std::sync::atomic::Ordering;
+    use std::time::{Duration, Instant};
+    use warmstart_replay::Engine;
+
+    let dev = libc::makedev(8, 1);
+    let b = MockBackend::new()
+        .with_file("/a", id())
+        .with_device(dev)
+        .with_read_ahead(dev, 4 * K);
+    // Ten ranges far apart, so none merge, then a data entry.
+    let mut entries: Vec<Entry> = (0..10).map(|i| meta(dev, i * M, 4 * K)).collect();
+    entries.push(data(0, 4 * K));
+    let p = plan(entries);
+    let e = Engine::new(
+        &b,
+        Options {
+            queue_depth: 1,
+            ..in_order()
+        },
+    )
+    .unwrap();
+    b.hold();
+    let r = std::thread::scope(|s| {
+        let run = s.spawn(|| e.run(&p));
+        let t = Instant::now();
+        while b.in_flight() < 1 && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        e.cancel_flag().store(true, Ordering::Relaxed);
+        b.release();
+        run.join().unwrap()
+    })
+    .unwrap();
+    assert!(r.cancelled);
+    assert!(r.meta.entries <= 3, "{:?}", r.meta);
+    assert_eq!(r.data, Count::default());
+    assert_eq!(
+        r.entries_not_reached,
+        11 - r.meta.entries,
+        "the data entry and the metadata not handed out"
+    );
+}

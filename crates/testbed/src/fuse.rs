@@ -1,0 +1,338 @@
+//! A FUSE filesystem holding one file, `image`, that serves the testbed's
+//! image through a [`DeviceModel`]: each read or write waits for a queue
+//! slot, then completes when the model's clock says, however fast the real
+//! image answered. The loop device sits on this file with direct I/O, so
+//! every block request of the testbed's filesystem reaches the model (the
+//! open reply sets FOPEN_DIRECT_IO as well, so the kernel never caches the
+//! file even if the loop falls back to buffered I/O).
+//!
+//! The fuser session thread only dispatches; `queue_depth` worker threads
+//! serve requests, so requests beyond the queue depth wait their turn as
+//! they would at a device. The kernel is asked for asynchronous direct I/O
+//! (FUSE_ASYNC_DIO) and a background limit above every profile's queue
+//! depth, so it really keeps that many requests in flight.
+
+use std::ffi::OsStr;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant, SystemTime};
+
+use fuser::{
+    consts, BackgroundSession, FileAttr, FileType, Filesystem, KernelConfig, MountOption,
+    ReplyAttr, ReplyData, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite, Request,
+};
+
+use crate::profile::{DeviceClock, DeviceModel};
+use crate::Error;
+
+/// Name of the served file inside the FUSE mount.
+pub const IMAGE_NAME: &str = "image";
+/// Filesystem name shown in /proc/mounts (`fuse.<name>` as its type).
+pub const FS_NAME: &str = "warmstart-testbed";
+
+const ROOT_INO: u64 = 1;
+const IMAGE_INO: u64 = 2;
+const TTL: Duration = Duration::from_secs(3600);
+
+enum Job {
+    Read {
+        offset: u64,
+        size: u32,
+        reply: ReplyData,
+    },
+    Write {
+        offset: u64,
+        data: Vec<u8>,
+        reply: ReplyWrite,
+    },
+}
+
+struct ModelFs {
+    size: u64,
+    jobs: Sender<Job>,
+    uid: u32,
+    gid: u32,
+}
+
+impl ModelFs {
+    fn attr(&self, ino: u64) -> FileAttr {
+        let now = SystemTime::now();
+        let (kind, perm, size, nlink) = if ino == ROOT_INO {
+            (FileType::Directory, 0o755, 0, 2)
+        } else {
+            (FileType::RegularFile, 0o600, self.size, 1)
+        };
+        FileAttr {
+            ino,
+            size,
+            blocks: size.div_ceil(512),
+            atime: now,
+            mtime: now,
+            ctime: now,
+            crtime: now,
+            kind,
+            perm,
+            nlink,
+            uid: self.uid,
+            gid: self.gid,
+            rdev: 0,
+            blksize: 4096,
+            flags: 0,
+        }
+    }
+}
+
+impl Filesystem for ModelFs {
+    fn init(&mut self, _req: &Request<'_>, config: &mut KernelConfig) -> Result<(), libc::c_int> {
+        // Without ASYNC_DIO the kernel sends a direct read's pieces one after
+        // another, and a queue depth above 1 could never be reached.
+        let _ = config.add_capabilities(consts::FUSE_ASYNC_DIO);
+        let _ = config.set_max_background(128);
+        let _ = config.set_congestion_threshold(96);
+        let _ = config.set_max_write(1024 * 1024);
+        Ok(())
+    }
+
+    fn lookup(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEntry) {
+        if parent == ROOT_INO && name == IMAGE_NAME {
+            reply.entry(&TTL, &self.attr(IMAGE_INO), 0);
+        } else {
+            reply.error(libc::ENOENT);
+        }
+    }
+
+    fn getattr(&mut self, _req: &Request<'_>, ino: u64, _fh: Option<u64>, reply: ReplyAttr) {
+        match ino {
+            ROOT_INO | IMAGE_INO => reply.attr(&TTL, &self.attr(ino)),
+            _ => reply.error(libc::ENOENT),
+        }
+    }
+
+    fn open(&mut self, _req: &Request<'_>, ino: u64, _flags: i32, reply: ReplyOpen) {
+        if ino == IMAGE_INO {
+            reply.opened(0, consts::FOPEN_DIRECT_IO);
+        } else {
+            reply.error(libc::EISDIR);
+        }
+    }
+
+    fn read(
+        &mut self,
+        _req: &Request<'_>,
+        _ino: u64,
+        _fh: u64,
+        offset: i64,
+        size: u32,
+        _flags: i32,
+        _lock_owner: Option<u64>,
+        reply: ReplyData,
+    ) {
+        let job = Job::Read {
+            offset: offset.max(0) as u64,
+            size,
+            reply,
+        };
+        if let Err(mpsc::SendError(Job::Read { reply, .. })) = self.jobs.send(job) {
+            reply.error(libc::EIO);
+        }
+    }
+
+    fn write(
+        &mut self,
+        _req: &Request<'_>,
+        _ino: u64,
+        _fh: u64,
+        offset: i64,
+        data: &[u8],
+        _write_flags: u32,
+        _flags: i32,
+        _lock_owner: Option<u64>,
+        reply: ReplyWrite,
+    ) {
+        let job = Job::Write {
+            offset: offset.max(0) as u64,
+            data: data.to_vec(),
+            reply,
+        };
+        if let Err(mpsc::SendError(Job::Write { reply, .. })) = self.jobs.send(job) {
+            reply.error(libc::EIO);
+        }
+    }
+
+    fn fsync(&mut self, _req: &Request<'_>, _ino: u64, _fh: u64, _ds: bool, reply: ReplyEmpty) {
+        // Writes are written through to the real image before they are
+        // acknowledged; its durability is not what the testbed models.
+        reply.ok();
+    }
+}
+
+/// Serves one request: the model decides when it completes, the real
+/// image provides the bytes.
+fn serve(image: &File, clock: &DeviceClock, job: Job) {
+    let now = Instant::now();
+    match job {
+        Job::Read {
+            offset,
+            size,
+            reply,
+        } => {
+            let done = clock.schedule(now, u64::from(size));
+            let mut buf = vec![0u8; size as usize];
+            let mut filled = 0;
+            let result = loop {
+                match image.read_at(&mut buf[filled..], offset + filled as u64) {
+                    Ok(0) => break Ok(()),
+                    Ok(n) => {
+                        filled += n;
+                        if filled == buf.len() {
+                            break Ok(());
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => break Err(e),
+                }
+            };
+            sleep_until(done);
+            match result {
+                Ok(()) => reply.data(&buf[..filled]),
+                Err(e) => reply.error(e.raw_os_error().unwrap_or(libc::EIO)),
+            }
+        }
+        Job::Write {
+            offset,
+            data,
+            reply,
+        } => {
+            let done = clock.schedule(now, data.len() as u64);
+            let result = image.write_all_at(&data, offset);
+            sleep_until(done);
+            match result {
+                Ok(()) => reply.written(data.len() as u32),
+                Err(e) => reply.error(e.raw_os_error().unwrap_or(libc::EIO)),
+            }
+        }
+    }
+}
+
+fn worker(file: &File, clock: &DeviceClock, rx: &Mutex<Receiver<Job>>) {
+    loop {
+        let job = match rx.lock().unwrap_or_else(|e| e.into_inner()).recv() {
+            Ok(job) => job,
+            Err(_) => return,
+        };
+        serve(file, clock, job);
+    }
+}
+
+fn sleep_until(t: Instant) {
+    let now = Instant::now();
+    if t > now {
+        thread::sleep(t - now);
+    }
+}
+
+/// A mounted model filesystem; unmounted and its workers stopped on drop.
+pub struct ModelMount {
+    session: Option<BackgroundSession>,
+    workers: Vec<JoinHandle<()>>,
+    mountpoint: PathBuf,
+}
+
+impl ModelMount {
+    /// Mounts the model filesystem serving `image` at `mountpoint`.
+    pub fn mount(image: &Path, mountpoint: &Path, model: DeviceModel) -> Result<ModelMount, Error> {
+        let file = File::options()
+            .read(true)
+            .write(true)
+            .open(image)
+            .map_err(crate::sys::io_err(image))?;
+        let size = file.metadata().map_err(crate::sys::io_err(image))?.len();
+        let file = Arc::new(file);
+        let clock = Arc::new(DeviceClock::new(model, Instant::now()));
+        let (tx, rx) = mpsc::channel::<Job>();
+        let rx: Arc<Mutex<Receiver<Job>>> = Arc::new(Mutex::new(rx));
+        let workers = (0..model.queue_depth.max(1))
+            .map(|i| {
+                let (file, clock, rx) = (file.clone(), clock.clone(), rx.clone());
+                thread::Builder::new()
+                    .name(format!("testbed-dev{i}"))
+                    .spawn(move || {
+                        // Wake up when the model says, not up to 50 us later
+                        // (the default timer slack).
+                        // SAFETY: PR_SET_TIMERSLACK takes an integer and
+                        // affects only the calling thread.
+                        unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1, 0, 0, 0) };
+                        worker(&file, &clock, &rx)
+                    })
+                    .map_err(|source| Error::Spawn {
+                        program: "FUSE worker thread".into(),
+                        source,
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let fs = ModelFs {
+            size,
+            jobs: tx,
+            uid: nix::unistd::getuid().as_raw(),
+            gid: nix::unistd::getgid().as_raw(),
+        };
+        let options = [
+            MountOption::FSName(FS_NAME.into()),
+            MountOption::Subtype(FS_NAME.into()),
+            MountOption::RW,
+            MountOption::NoAtime,
+        ];
+        let session =
+            fuser::spawn_mount2(fs, mountpoint, &options).map_err(|source| Error::Mount {
+                source_path: image.to_path_buf(),
+                target: mountpoint.to_path_buf(),
+                source,
+            })?;
+        Ok(ModelMount {
+            session: Some(session),
+            workers,
+            mountpoint: mountpoint.to_path_buf(),
+        })
+    }
+
+    /// Path of the served image file.
+    pub fn image_path(&self) -> PathBuf {
+        self.mountpoint.join(IMAGE_NAME)
+    }
+
+    /// Unmounts and stops the workers (also done on drop). When the image
+    /// is still in use (a loop device whose detach the kernel deferred) the
+    /// mount is detached lazily and the server threads keep answering until
+    /// the kernel releases the file, then end on their own.
+    pub fn unmount(&mut self) {
+        let Some(session) = self.session.take() else {
+            return;
+        };
+        match nix::mount::umount2(&self.mountpoint, nix::mount::MntFlags::empty()) {
+            Ok(()) => {
+                // The connection is gone: the session thread ends, dropping
+                // the filesystem and with it the job sender, so the workers'
+                // receive fails and they return.
+                session.join();
+                for w in self.workers.drain(..) {
+                    let _ = w.join();
+                }
+            }
+            Err(_) => {
+                let _ = nix::mount::umount2(&self.mountpoint, nix::mount::MntFlags::MNT_DETACH);
+                drop(session);
+                self.workers.clear();
+            }
+        }
+    }
+}
+
+impl Drop for ModelMount {
+    fn drop(&mut self) {
+        self.unmount();
+    }
+}
