@@ -9,7 +9,7 @@
 //! limit leaves room for a thousand times that, or for whole-system startup,
 //! while keeping a hostile file from costing more than a bounded amount.
 //!
-//! They are enforced twice: while decoding ([`Budget`] counts sequence
+//! They are enforced twice: while decoding (a per-thread budget counts sequence
 //! elements as they are read, so a forged count cannot make the decoder
 //! allocate past the caps), and by `check()` on the decoded value, which
 //! also checks what decoding cannot (sizes, offsets, sums). A value over a

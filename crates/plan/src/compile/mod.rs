@@ -41,6 +41,11 @@
 //!
 //! Every pass is at most `O(n log n)` in the number of ranges: one sort per
 //! pass, hash maps for matching, no per-page loops.
+//!
+//! Each pass is a module: `input` (the traces regrouped) and `combine` (1),
+//! `filter` (2, 3 and used-only), `merge` (4), `schedule` (5), `shift` (6),
+//! `sort` (7), and `assemble`, which turns the schedule into a [`Plan`].
+//! This module only runs them in order and keeps the report.
 
 mod assemble;
 mod combine;

@@ -27,7 +27,7 @@ pub const DEFAULT_METADATA_SHIFT: u64 = 2 * 1024 * 1024;
 /// milliseconds, about what loading and validating a plan costs.
 pub const DEFAULT_MIN_LAUNCH_BYTES: u64 = 256 * 1024;
 
-/// The used-only pass's name in [`PlanMeta::passes`] when it left out the
+/// The used-only pass's name in [`PlanMeta::passes`](crate::plan::PlanMeta::passes) when it left out the
 /// pages no launch used.
 pub const USED_ONLY: &str = "used-only";
 /// ... and when it kept them ([`CompileOptions::unused`]).
@@ -86,7 +86,7 @@ impl Default for CompileOptions {
 }
 
 /// Why traces could not be compiled at all. An empty plan is not an error:
-/// see [`CompileReport::empty`].
+/// see [`CompileReport::empty`](super::CompileReport::empty).
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum CompileError {
     #[error("no traces to compile")]

@@ -77,7 +77,7 @@ impl fmt::Display for Warning {
 /// The schedule's size before and after one pass.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PassReport {
-    /// As in [`PlanMeta::passes`].
+    /// As in [`PlanMeta::passes`](crate::plan::PlanMeta::passes).
     pub pass: String,
     pub entries_before: usize,
     pub entries_after: usize,
@@ -108,7 +108,7 @@ pub struct CompileReport {
     pub bytes_written: u64,
     pub files_written: u32,
     /// Kept data bytes no launch used (only read ahead by the kernel),
-    /// dropped since [`CompileOptions::unused`] was off.
+    /// dropped since [`CompileOptions::unused`](super::CompileOptions::unused) was off.
     pub bytes_unused: u64,
     /// Kept bytes of files under excluded prefixes.
     pub bytes_excluded: u64,
