@@ -10,6 +10,8 @@ use std::io::{Read, Write};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::limits::{Budget, Limit, MAX_PLAN_PAYLOAD, MAX_TRACE_PAYLOAD};
+
 /// Header size: magic (8) + major (2) + minor (2) + crc32 (4) + length (8).
 pub const HEADER_LEN: usize = 24;
 
@@ -40,7 +42,23 @@ impl Kind {
         }
     }
 
-    pub(crate) fn from_magic(m: &[u8]) -> Option<Kind> {
+    /// The major format version this build reads.
+    pub fn major(self) -> u16 {
+        match self {
+            Kind::Trace => crate::trace::TRACE_MAJOR,
+            Kind::Plan => crate::plan::PLAN_MAJOR,
+        }
+    }
+
+    /// The largest payload a header of this kind may promise.
+    pub fn max_payload(self) -> u64 {
+        match self {
+            Kind::Trace => MAX_TRACE_PAYLOAD,
+            Kind::Plan => MAX_PLAN_PAYLOAD,
+        }
+    }
+
+    pub fn from_magic(m: &[u8]) -> Option<Kind> {
         [Kind::Trace, Kind::Plan]
             .into_iter()
             .find(|k| k.magic().as_slice() == m)
@@ -97,6 +115,142 @@ pub enum FormatError {
     },
     #[error("{kind} is inconsistent: {what}")]
     Invalid { kind: Kind, what: String },
+    /// A value past one of the [`crate::limits`]; `at` says where.
+    #[error("{kind} is too large: {at} has {value} {limit}, more than the limit of {max}")]
+    TooLarge {
+        kind: Kind,
+        limit: Limit,
+        value: u64,
+        max: u64,
+        at: String,
+    },
+    #[error("file is {len} bytes, too short to be a warmstart trace or plan (truncated?)")]
+    TooShortForAny { len: usize },
+    #[error("not a warmstart trace or plan (unknown magic {magic:02x?})")]
+    Foreign { magic: Vec<u8> },
+    #[error("reading the {what}: {source}")]
+    Io {
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl FormatError {
+    /// The error for `value` past `limit` (whose maximum is `limit.max()`).
+    pub(crate) fn too_large(kind: Kind, (limit, value): (Limit, u64), at: String) -> FormatError {
+        FormatError::TooLarge {
+            kind,
+            limit,
+            value,
+            max: limit.max(),
+            at,
+        }
+    }
+}
+
+/// A file's header: what the first [`HEADER_LEN`] bytes say it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    pub kind: Kind,
+    pub major: u16,
+    pub minor: u16,
+    pub crc: u32,
+    /// Payload bytes that follow the header.
+    pub len: u64,
+}
+
+impl Header {
+    /// Parses and checks the first [`HEADER_LEN`] bytes of a file: a
+    /// warmstart magic, a major version this build reads, and a payload
+    /// length within its kind's limit. Looks at nothing past the header,
+    /// so a foreign, future or oversized file is refused before its body
+    /// is read.
+    pub fn parse(bytes: &[u8]) -> Result<Header, FormatError> {
+        if bytes.len() < 8 {
+            return Err(FormatError::TooShortForAny { len: bytes.len() });
+        }
+        let Some(kind) = Kind::from_magic(&bytes[..8]) else {
+            return Err(FormatError::Foreign {
+                magic: bytes[..bytes.len().min(8)].to_vec(),
+            });
+        };
+        if bytes.len() < HEADER_LEN {
+            return Err(FormatError::TooShort {
+                expected: kind,
+                len: bytes.len(),
+            });
+        }
+        let major = u16::from_le_bytes([bytes[8], bytes[9]]);
+        let minor = u16::from_le_bytes([bytes[10], bytes[11]]);
+        if major != kind.major() {
+            return Err(FormatError::UnsupportedVersion {
+                kind,
+                major,
+                minor,
+                supported: kind.major(),
+            });
+        }
+        let crc = u32::from_le_bytes(bytes[12..16].try_into().expect("4 bytes"));
+        let len = u64::from_le_bytes(bytes[16..24].try_into().expect("8 bytes"));
+        if len > kind.max_payload() {
+            return Err(FormatError::TooLarge {
+                kind,
+                limit: Limit::Payload,
+                value: len,
+                max: kind.max_payload(),
+                at: "its header".into(),
+            });
+        }
+        Ok(Header {
+            kind,
+            major,
+            minor,
+            crc,
+            len,
+        })
+    }
+
+    /// Reads and checks the header from the start of `r`, reading exactly
+    /// [`HEADER_LEN`] bytes (fewer if the input ends first).
+    pub fn read(r: &mut impl Read) -> Result<Header, FormatError> {
+        let mut head = Vec::with_capacity(HEADER_LEN);
+        r.take(HEADER_LEN as u64)
+            .read_to_end(&mut head)
+            .map_err(|source| FormatError::Io {
+                what: "header",
+                source,
+            })?;
+        Header::parse(&head)
+    }
+}
+
+/// Reads a whole trace or plan file from `r`: the header first, checked
+/// by [`Header::read`], then the payload it promises and not a byte more
+/// than that plus one (to tell a longer file). Returns the header and the
+/// complete file image for [`crate::Plan::from_bytes`] or
+/// [`crate::Trace::from_bytes`], which check the rest.
+pub fn read(r: &mut impl Read) -> Result<(Header, Vec<u8>), FormatError> {
+    let header = Header::read(r)?;
+    let mut bytes = Vec::with_capacity(HEADER_LEN + header.len.min(1 << 20) as usize);
+    bytes.extend_from_slice(&envelope_header(header));
+    r.take(header.len + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|source| FormatError::Io {
+            what: "payload",
+            source,
+        })?;
+    Ok((header, bytes))
+}
+
+fn envelope_header(h: Header) -> [u8; HEADER_LEN] {
+    let mut out = [0u8; HEADER_LEN];
+    out[..8].copy_from_slice(h.kind.magic());
+    out[8..10].copy_from_slice(&h.major.to_le_bytes());
+    out[10..12].copy_from_slice(&h.minor.to_le_bytes());
+    out[12..16].copy_from_slice(&h.crc.to_le_bytes());
+    out[16..24].copy_from_slice(&h.len.to_le_bytes());
+    out
 }
 
 /// The most a deflated payload may inflate to: far above any real plan,
@@ -112,17 +266,20 @@ pub fn encode<T: Serialize>(kind: Kind, major: u16, minor: u16, value: &T) -> Ve
 /// As [`encode`], with the payload deflated.
 pub fn encode_deflated<T: Serialize>(kind: Kind, major: u16, minor: u16, value: &T) -> Vec<u8> {
     let raw = postcard::to_stdvec(value).expect("serializing to memory cannot fail");
-    let mut z = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::default());
-    z.write_all(&raw).expect("deflating to memory cannot fail");
-    envelope(
-        kind,
-        major,
-        minor,
-        z.finish().expect("deflating to memory cannot fail"),
-    )
+    envelope(kind, major, minor, deflate(&raw))
 }
 
-fn envelope(kind: Kind, major: u16, minor: u16, payload: Vec<u8>) -> Vec<u8> {
+/// Deflates a raw payload as [`encode_deflated`] does: for tools and tests
+/// that build files byte by byte (the fuzz corpus).
+pub fn deflate(raw: &[u8]) -> Vec<u8> {
+    let mut z = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::default());
+    z.write_all(raw).expect("deflating to memory cannot fail");
+    z.finish().expect("deflating to memory cannot fail")
+}
+
+/// A complete file image around `payload` (already deflated for a plan),
+/// with its length and checksum filled in.
+pub fn envelope(kind: Kind, major: u16, minor: u16, payload: Vec<u8>) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER_LEN + payload.len());
     out.extend_from_slice(kind.magic());
     out.extend_from_slice(&major.to_le_bytes());
@@ -141,9 +298,16 @@ pub fn decode<T: DeserializeOwned>(
     bytes: &[u8],
 ) -> Result<T, FormatError> {
     let payload = checked_payload(expected, major, bytes)?;
-    postcard::from_bytes(payload).map_err(|source| FormatError::Decode {
-        kind: expected,
-        source,
+    bounded_decode(expected, payload)
+}
+
+/// Decodes a payload with the element counts of [`crate::limits`] enforced
+/// as it goes, so a forged length cannot make it allocate past them.
+fn bounded_decode<T: DeserializeOwned>(kind: Kind, payload: &[u8]) -> Result<T, FormatError> {
+    let budget = Budget::start();
+    postcard::from_bytes(payload).map_err(|source| match budget.exceeded() {
+        Some(over) => FormatError::too_large(kind, over, "its contents".into()),
+        None => FormatError::Decode { kind, source },
     })
 }
 
@@ -168,10 +332,7 @@ pub fn decode_deflated<T: DeserializeOwned>(
             what: format!("its payload inflates past {MAX_INFLATED} bytes"),
         });
     }
-    postcard::from_bytes(&raw).map_err(|source| FormatError::Decode {
-        kind: expected,
-        source,
-    })
+    bounded_decode(expected, &raw)
 }
 
 /// The envelope's checks; returns the payload they vouch for.
@@ -198,6 +359,15 @@ fn checked_payload(expected: Kind, major: u16, bytes: &[u8]) -> Result<&[u8], Fo
     }
     let crc = u32::from_le_bytes(bytes[12..16].try_into().expect("4 bytes"));
     let len = u64::from_le_bytes(bytes[16..24].try_into().expect("8 bytes"));
+    if len > expected.max_payload() {
+        return Err(FormatError::TooLarge {
+            kind: expected,
+            limit: Limit::Payload,
+            value: len,
+            max: expected.max_payload(),
+            at: "its header".into(),
+        });
+    }
     let payload = &bytes[HEADER_LEN..];
     if payload.len() as u64 > len {
         return Err(FormatError::TrailingBytes {
@@ -334,5 +504,73 @@ mod tests {
             err.contains("not a warmstart plan: it is a warmstart trace"),
             "{err}"
         );
+    }
+
+    /// A reader that fails the test if read past `allowed` bytes.
+    struct Guarded<'a> {
+        bytes: &'a [u8],
+        pos: usize,
+        allowed: usize,
+    }
+
+    impl Read for Guarded<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = buf.len().min(self.bytes.len() - self.pos);
+            assert!(
+                self.pos + n <= self.allowed,
+                "read up to byte {} of {}",
+                self.pos + n,
+                self.allowed
+            );
+            buf[..n].copy_from_slice(&self.bytes[self.pos..self.pos + n]);
+            self.pos += n;
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn headers_are_checked_before_the_body_is_read() {
+        let plan = encode_deflated(Kind::Plan, crate::plan::PLAN_MAJOR, 0, &7u64);
+        let mut huge = plan.clone();
+        huge[16..24].copy_from_slice(&(MAX_PLAN_PAYLOAD + 1).to_le_bytes());
+        let mut future = plan.clone();
+        future[8] = 9;
+        let mut elf = b"\x7fELF\x02\x01\x01\0".to_vec();
+        elf.resize(1 << 20, 0);
+        // (name, file, what the header says)
+        let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+            ("a foreign file", elf, "unknown magic"),
+            (
+                "an oversized payload",
+                huge,
+                "more than the limit of 67108864",
+            ),
+            ("a future version", future, "version 9.0"),
+            ("a short file", plan[..12].to_vec(), "too short"),
+        ];
+        for (name, bytes, want) in cases {
+            let mut r = Guarded {
+                bytes: &bytes,
+                pos: 0,
+                allowed: HEADER_LEN,
+            };
+            let err = read(&mut r).unwrap_err().to_string();
+            assert!(err.contains(want), "{name}: {err}");
+        }
+        // A good file: the header, then exactly the promised payload.
+        let mut with_tail = plan.clone();
+        with_tail.extend_from_slice(&[0; 4096]);
+        let mut r = Guarded {
+            bytes: &with_tail,
+            pos: 0,
+            allowed: plan.len() + 1,
+        };
+        let (h, bytes) = read(&mut r).unwrap();
+        assert_eq!(
+            (h.kind, h.len as usize),
+            (Kind::Plan, plan.len() - HEADER_LEN)
+        );
+        assert_eq!(&bytes[..plan.len()], &plan[..]);
+        assert_eq!(decode_deflated::<u64>(Kind::Plan, 2, &plan).unwrap(), 7);
     }
 }

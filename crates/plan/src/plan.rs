@@ -8,6 +8,7 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 
 use crate::container::{self, FormatError, Kind};
+use crate::limits::{self, within, Limit};
 use crate::trace::{FileId, NsOpKind};
 
 /// Plan file format version. Bump the major on incompatible changes
@@ -18,6 +19,7 @@ pub const PLAN_MINOR: u16 = 0;
 /// How the plan was made.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PlanMeta {
+    #[serde(deserialize_with = "limits::bounded_args")]
     pub command: Vec<String>,
     pub created_unix_ms: u64,
     /// Number of traces it was compiled from.
@@ -25,6 +27,7 @@ pub struct PlanMeta {
     /// An access was kept if it appeared in at least this many traces.
     pub min_traces: u32,
     /// The passes applied, in order, with their parameters (human-readable).
+    #[serde(deserialize_with = "limits::bounded_args")]
     pub passes: Vec<String>,
     /// Whether the schedule is in physical (LBA) order, for rotational disks.
     pub sorted: bool,
@@ -58,9 +61,12 @@ pub struct Lookup {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Plan {
     pub meta: PlanMeta,
+    #[serde(deserialize_with = "limits::bounded_files")]
     pub files: Vec<PlanFile>,
+    #[serde(deserialize_with = "limits::bounded_lookups")]
     pub lookups: Vec<Lookup>,
     /// The schedule, in the order replay issues it.
+    #[serde(deserialize_with = "limits::bounded_entries")]
     pub entries: Vec<Entry>,
 }
 
@@ -84,7 +90,7 @@ pub(crate) fn range_limit(size: u64) -> u64 {
 /// launch's metadata (a few MiB), and beyond a launch that reads a raw
 /// block device (`dd if=/dev/sdX` is recorded as metadata), but small
 /// enough that replaying a forged one cannot take long.
-pub const MAX_META_RANGE: u64 = 1 << 40;
+pub const MAX_META_RANGE: u64 = limits::MAX_RANGE;
 
 impl Plan {
     pub fn to_bytes(&self) -> Vec<u8> {
@@ -97,10 +103,25 @@ impl Plan {
         Ok(p)
     }
 
+    /// Reads a plan from `r`: the header is checked before the body is
+    /// read (see [`container::read`]), then everything [`Plan::from_bytes`]
+    /// checks.
+    pub fn read_from(r: &mut impl std::io::Read) -> Result<Plan, FormatError> {
+        let (header, bytes) = container::read(r)?;
+        if header.kind != Kind::Plan {
+            return Err(FormatError::WrongKind {
+                expected: Kind::Plan,
+                found: header.kind,
+            });
+        }
+        Plan::from_bytes(&bytes)
+    }
+
     /// Invariants: every index points into its table, no empty extents,
-    /// data ranges inside their file's recorded size, metadata ranges of a
-    /// sane size, no file listed twice. A plan that breaks them is corrupt
-    /// or forged; replaying it could read the wrong bytes or never end.
+    /// data ranges inside their file's recorded size, and every count,
+    /// length and sum within [`crate::limits`]; no file listed twice. A
+    /// plan that breaks them is corrupt or forged; replaying it could read
+    /// the wrong bytes or never end.
     pub fn check(&self) -> Result<(), FormatError> {
         let bad = |what: String| {
             Err(FormatError::Invalid {
@@ -108,12 +129,46 @@ impl Plan {
                 what,
             })
         };
+        let over = |e, at: String| Err(FormatError::too_large(Kind::Plan, e, at));
+        let counts = [
+            (Limit::Files, self.files.len(), "the file table"),
+            (Limit::Lookups, self.lookups.len(), "the lookup table"),
+            (Limit::Entries, self.entries.len(), "the schedule"),
+            (Limit::Args, self.meta.command.len(), "the command"),
+            (Limit::Args, self.meta.passes.len(), "the pass list"),
+        ];
+        for (limit, n, at) in counts {
+            if let Err(e) = within(limit, n as u64) {
+                return over(e, at.into());
+            }
+        }
+        let mut strings = 0u64;
+        for s in self.meta.command.iter().chain(&self.meta.passes) {
+            strings += s.len() as u64;
+        }
+        let paths = self.files.iter().map(|f| &f.path);
+        for (i, p) in paths
+            .chain(self.lookups.iter().map(|l| &l.path))
+            .enumerate()
+        {
+            if let Err(e) = within(Limit::PathLen, p.len() as u64) {
+                return over(e, format!("path {i}"));
+            }
+            strings += p.len() as u64;
+        }
+        if let Err(e) = within(Limit::StringBytes, strings) {
+            return over(e, "all its strings".into());
+        }
         let mut ids = BTreeSet::new();
         for f in &self.files {
+            if let Err(e) = within(Limit::FileSize, f.id.size) {
+                return over(e, f.path.clone());
+            }
             if !ids.insert((f.id.dev, f.id.ino)) {
                 return bad(format!("{} is listed twice", f.path));
             }
         }
+        let mut total = 0u64;
         for (i, e) in self.entries.iter().enumerate() {
             match *e {
                 Entry::Data { file, offset, len } => {
@@ -122,6 +177,9 @@ impl Plan {
                             "entry {i} names file {file} of {}",
                             self.files.len()
                         ));
+                    }
+                    if let Err(e) = within(Limit::Range, len) {
+                        return over(e, format!("entry {i}"));
                     }
                     // A range may end in the file's last page, rounded
                     // up generously; beyond it is not the recorded file.
@@ -136,13 +194,18 @@ impl Plan {
                             self.files[file as usize].path
                         ));
                     }
+                    total += len;
                 }
                 Entry::Meta { offset, len, .. } => {
-                    if len == 0 || len > MAX_META_RANGE || offset.checked_add(len).is_none() {
+                    if let Err(e) = within(Limit::Range, len) {
+                        return over(e, format!("entry {i}"));
+                    }
+                    if len == 0 || offset.checked_add(len).is_none() {
                         return bad(format!(
                             "entry {i} reads {len} bytes of metadata at {offset}"
                         ));
                     }
+                    total += len;
                 }
                 Entry::Lookup { index } => {
                     if index as usize >= self.lookups.len() {
@@ -153,8 +216,39 @@ impl Plan {
                     }
                 }
             }
+            // Cannot overflow: at most 2^22 entries of at most 2^40 bytes.
+            if let Err(e) = within(Limit::TotalBytes, total) {
+                return over(e, format!("the schedule up to entry {i}"));
+            }
         }
         Ok(())
+    }
+
+    /// About how many bytes the plan occupies in memory once decoded: its
+    /// structures, tables and strings (allocator overhead left out). It
+    /// only grows with what the plan holds, so a cache can account plans
+    /// by it; a plan within [`crate::limits`] stays under a few hundred MiB.
+    pub fn decoded_size(&self) -> u64 {
+        use std::mem::size_of;
+        let strings = |v: &[String]| {
+            v.iter()
+                .map(|s| (size_of::<String>() + s.len()) as u64)
+                .sum::<u64>()
+        };
+        size_of::<Plan>() as u64
+            + strings(&self.meta.command)
+            + strings(&self.meta.passes)
+            + self
+                .files
+                .iter()
+                .map(|f| (size_of::<PlanFile>() + f.path.len()) as u64)
+                .sum::<u64>()
+            + self
+                .lookups
+                .iter()
+                .map(|l| (size_of::<Lookup>() + l.path.len()) as u64)
+                .sum::<u64>()
+            + (self.entries.len() * size_of::<Entry>()) as u64
     }
 
     /// File data bytes the plan reads.
@@ -183,6 +277,7 @@ impl Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limits;
 
     fn plan(size: u64, entries: Vec<Entry>) -> Plan {
         Plan {
@@ -248,5 +343,156 @@ mod tests {
         let mut p = plan(0, Vec::new());
         p.entries = vec![m(0, u64::MAX / 2 + 1); 3];
         assert_eq!(p.meta_bytes(), u64::MAX, "saturates instead of wrapping");
+    }
+
+    fn limit_of(p: &Plan) -> Option<(Limit, u64)> {
+        match p.check() {
+            Err(FormatError::TooLarge { limit, value, .. }) => Some((limit, value)),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn limits_table() {
+        let d = |offset, len| Entry::Data {
+            file: 0,
+            offset,
+            len,
+        };
+        let m = |len| Entry::Meta {
+            device: 1,
+            offset: 0,
+            len,
+        };
+        let long = "/".repeat(limits::MAX_PATH_LEN as usize + 1);
+        type Case<'a> = (
+            &'static str,
+            Box<dyn Fn(&mut Plan) + 'a>,
+            Option<(Limit, u64)>,
+        );
+        let cases: Vec<Case> = vec![
+            ("within every limit", Box::new(|_| {}), None),
+            (
+                // The forged plan of a u64::MAX-byte file with a 2^62-byte
+                // entry: its size is not a file's.
+                "file of u64::MAX bytes",
+                Box::new(|p| {
+                    p.files[0].id.size = u64::MAX;
+                    p.entries = vec![d(0, 1 << 62)];
+                }),
+                Some((Limit::FileSize, u64::MAX)),
+            ),
+            (
+                "one range past the limit",
+                Box::new(|p| {
+                    p.files[0].id.size = 1 << 41;
+                    p.entries = vec![d(0, limits::MAX_RANGE + 1)];
+                }),
+                Some((Limit::Range, limits::MAX_RANGE + 1)),
+            ),
+            (
+                "ranges summing past the limit",
+                Box::new(|p| p.entries = vec![m(limits::MAX_RANGE); 2]),
+                Some((Limit::TotalBytes, 2 * limits::MAX_RANGE)),
+            ),
+            (
+                "a path too long",
+                Box::new(move |p| p.files[0].path = long.clone()),
+                Some((Limit::PathLen, limits::MAX_PATH_LEN + 1)),
+            ),
+            (
+                "too many entries",
+                Box::new(|p| p.entries = vec![m(1); limits::MAX_ENTRIES as usize + 1]),
+                Some((Limit::Entries, limits::MAX_ENTRIES + 1)),
+            ),
+            (
+                "too many lookups",
+                Box::new(|p| {
+                    p.lookups = vec![
+                        Lookup {
+                            kind: NsOpKind::Stat,
+                            path: "/".into()
+                        };
+                        limits::MAX_LOOKUPS as usize + 1
+                    ]
+                }),
+                Some((Limit::Lookups, limits::MAX_LOOKUPS + 1)),
+            ),
+            (
+                "strings too long together",
+                Box::new(|p| {
+                    p.meta.command = vec!["x".repeat(1 << 20); 65];
+                }),
+                Some((Limit::StringBytes, (65 << 20) + "/x".len() as u64)),
+            ),
+        ];
+        for (name, edit, want) in cases {
+            let mut p = plan(1 << 20, vec![d(0, 4096)]);
+            edit(&mut p);
+            assert_eq!(limit_of(&p), want, "{name}: {:?}", p.check());
+        }
+    }
+
+    #[test]
+    fn forged_counts_stop_the_decoder_at_the_limit() {
+        // More files than allowed, really present in the payload: decoding
+        // stops at the limit instead of building the whole table.
+        let mut p = plan(1, Vec::new());
+        let f = p.files[0].clone();
+        p.files = vec![f; limits::MAX_FILES as usize + 1];
+        let err = Plan::from_bytes(&p.to_bytes()).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                FormatError::TooLarge {
+                    limit: Limit::Files,
+                    value,
+                    ..
+                } if value == limits::MAX_FILES + 1
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("files"), "{err}");
+    }
+
+    #[test]
+    fn decoded_size_grows_with_content() {
+        let mut p = plan(1 << 20, vec![Entry::Lookup { index: 0 }; 0]);
+        let mut last = p.decoded_size();
+        type Edit = Box<dyn Fn(&mut Plan)>;
+        let mut grow: Vec<Edit> = vec![
+            Box::new(|p| p.files[0].path.push_str("/longer")),
+            Box::new(|p| {
+                p.entries.push(Entry::Data {
+                    file: 0,
+                    offset: 0,
+                    len: 1,
+                })
+            }),
+            Box::new(|p| {
+                p.lookups.push(Lookup {
+                    kind: NsOpKind::Open,
+                    path: "/etc/x".into(),
+                })
+            }),
+            Box::new(|p| p.meta.command.push("--arg".into())),
+        ];
+        for g in grow.drain(..) {
+            g(&mut p);
+            let now = p.decoded_size();
+            assert!(now > last, "{now} <= {last}");
+            last = now;
+        }
+        // A plan at the entry limit accounts for its schedule.
+        let mut big = plan(0, Vec::new());
+        big.entries = vec![
+            Entry::Meta {
+                device: 1,
+                offset: 0,
+                len: 1
+            };
+            1 << 20
+        ];
+        assert!(big.decoded_size() >= (1 << 20) * 24);
     }
 }

@@ -1,18 +1,21 @@
 //! `warmstart show`: traces (and plans) for people and for scripts.
 
-use std::io::Write;
+use std::io::{Seek, SeekFrom, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
 
 use anyhow::{Context, Result};
 use serde_json::json;
+use warmstart_plan::container::{Header, Kind, HEADER_LEN};
 use warmstart_plan::{Entry, Plan, Trace};
 
 use crate::cli::{Format, ShowArgs};
 use crate::cmd::human_bytes;
 
 pub fn run(args: ShowArgs) -> Result<i32> {
-    let bytes = super::read_container(&args.file)?;
+    let (header, bytes) = read_checked(&args.file)?;
     let mut out = std::io::stdout().lock();
-    if bytes.starts_with(b"WSPLAN\0\0") {
+    if header.kind == Kind::Plan {
         let plan = Plan::from_bytes(&bytes).with_context(|| format!("{}", args.file.display()))?;
         show_plan(&plan, bytes.len(), args.format, &mut out)?;
         return Ok(0);
@@ -28,6 +31,41 @@ pub fn run(args: ShowArgs) -> Result<i32> {
         Format::Csv => csv(&trace, &mut out)?,
     }
     Ok(0)
+}
+
+/// Reads a trace or plan file, its header first: a foreign, future or
+/// oversized file is refused from its first 24 bytes, and the body read is
+/// never longer than the header promises (itself within the format's
+/// limits), whatever the file's size.
+fn read_checked(path: &Path) -> Result<(Header, Vec<u8>)> {
+    let what = || format!("reading {}", path.display());
+    // Non-blocking, so that opening a FIFO does not wait for a writer; it
+    // changes nothing for a regular file.
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .with_context(what)?;
+    let md = f.metadata().with_context(what)?;
+    anyhow::ensure!(
+        md.is_file(),
+        "{} is not a regular file (a trace or plan is one)",
+        path.display()
+    );
+    let header = Header::read(&mut f).with_context(|| format!("{}", path.display()))?;
+    let promised = HEADER_LEN as u64 + header.len;
+    anyhow::ensure!(
+        md.len() <= promised,
+        "{}: {} is corrupt: {} bytes follow the {} payload bytes its header promises",
+        path.display(),
+        header.kind,
+        md.len() - promised,
+        header.len
+    );
+    f.seek(SeekFrom::Start(0)).with_context(what)?;
+    let (_, bytes) =
+        warmstart_plan::container::read(&mut f).with_context(|| format!("{}", path.display()))?;
+    Ok((header, bytes))
 }
 
 /// The public JSON form of a trace. Fields are only ever added.
@@ -557,5 +595,93 @@ mod metadata_tests {
             errno_of("x (os error 7)"),
             "Argument list too long (os error 7)"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use warmstart_plan::plan::{PlanFile, PlanMeta};
+    use warmstart_plan::trace::FileId;
+
+    fn plan_bytes() -> Vec<u8> {
+        Plan {
+            meta: PlanMeta {
+                command: vec!["app".into()],
+                created_unix_ms: 0,
+                traces: 1,
+                min_traces: 1,
+                passes: Vec::new(),
+                sorted: false,
+            },
+            files: vec![PlanFile {
+                path: "/usr/bin/app".into(),
+                id: FileId {
+                    dev: 1,
+                    ino: 2,
+                    size: 8192,
+                    ..Default::default()
+                },
+            }],
+            lookups: Vec::new(),
+            entries: vec![Entry::Data {
+                file: 0,
+                offset: 0,
+                len: 8192,
+            }],
+        }
+        .to_bytes()
+    }
+
+    /// Writes `head` and makes the file `size` bytes long (sparse).
+    fn file(dir: &Path, name: &str, head: &[u8], size: u64) -> std::path::PathBuf {
+        let p = dir.join(name);
+        let f = std::fs::File::create(&p).unwrap();
+        (&f).write_all(head).unwrap();
+        f.set_len(size.max(head.len() as u64)).unwrap();
+        p
+    }
+
+    #[test]
+    fn the_header_is_read_before_the_body() {
+        let d = tempfile::tempdir().unwrap();
+        let good = plan_bytes();
+        let mut huge = good.clone();
+        huge[16..24].copy_from_slice(&(4u64 << 30).to_le_bytes());
+        // Sparse files of 4 GiB: reading them whole would take seconds and
+        // gigabytes; the header alone refuses them.
+        let cases = [
+            ("good", file(d.path(), "good", &good, 0), None),
+            (
+                "promises 4 GiB",
+                file(d.path(), "huge", &huge, (4 << 30) + 24),
+                Some("more than the limit"),
+            ),
+            (
+                "a good plan with 4 GiB after it",
+                file(d.path(), "tail", &good, 4 << 30),
+                Some("bytes follow"),
+            ),
+            (
+                "foreign",
+                file(d.path(), "elf", b"\x7fELF\x02\x01\x01\0", 4 << 30),
+                Some("not a warmstart trace or plan"),
+            ),
+            ("empty", file(d.path(), "empty", b"", 0), Some("too short")),
+        ];
+        for (name, path, want) in cases {
+            match (read_checked(&path), want) {
+                (Ok((h, bytes)), None) => {
+                    assert_eq!(h.kind, Kind::Plan, "{name}");
+                    assert_eq!(bytes, good, "{name}");
+                    Plan::from_bytes(&bytes).unwrap();
+                }
+                (Err(e), Some(want)) => {
+                    let e = format!("{e:#}");
+                    assert!(e.contains(want), "{name}: {e}");
+                }
+                (got, _) => panic!("{name}: {:?}", got.map(|(h, _)| h)),
+            }
+        }
     }
 }
