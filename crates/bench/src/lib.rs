@@ -27,6 +27,7 @@ pub mod runner;
 pub mod scenario;
 pub mod stats;
 pub mod suite;
+pub mod testbed;
 pub mod timeline;
 pub mod wrapped;
 
@@ -144,8 +145,34 @@ pub struct BenchArgs {
     /// activity of one cold, warm and warmstart launch) into DIR.
     #[arg(long, value_name = "DIR")]
     pub plot: Option<PathBuf>,
+    /// Run every scenario in a storage testbed: the program's files on a
+    /// filesystem of this type (ext4, xfs, btrfs) in an image on a
+    /// direct-I/O loop device, the program chrooted over it; cold drops the
+    /// page cache and the loop device's. Built once, reused while valid.
+    #[arg(long, value_name = "FS", value_parser = testbed::parse_fs)]
+    pub fs: Option<warmstart_testbed::Fs>,
+    /// With --fs: put a slow-device model under the image (sd, cloud,
+    /// sata-ssd); its fio figures are printed with the results.
+    #[arg(long, value_name = "PROFILE", requires = "fs", value_parser = testbed::parse_profile)]
+    pub storage: Option<warmstart_testbed::Profile>,
+    /// Where testbed images are kept [default: /var/cache/warmstart-bench].
+    #[arg(long, value_name = "DIR")]
+    pub testbed_cache: Option<PathBuf>,
+    /// With --fs: copy these host paths into the image instead of the
+    /// system's (/usr, /etc, /bin, /sbin, /lib*, the font cache);
+    /// comma-separated.
+    #[arg(long, value_delimiter = ',', value_name = "PATHS", requires = "fs")]
+    pub testbed_content: Vec<PathBuf>,
+    /// Remove the testbed images and whatever an interrupted run left
+    /// (mounts, loop devices), then exit.
+    #[arg(long, conflicts_with_all = ["fs", "suite", "command"])]
+    pub testbed_cleanup: bool,
     /// The command and its arguments.
-    #[arg(last = true, value_name = "CMD", required_unless_present = "suite")]
+    #[arg(
+        last = true,
+        value_name = "CMD",
+        required_unless_present_any = ["suite", "testbed_cleanup"]
+    )]
     pub command: Vec<String>,
 }
 
@@ -171,8 +198,26 @@ impl BenchArgs {
 
 /// Runs the benchmark; returns the process exit code.
 pub fn run(args: BenchArgs, quiet: bool) -> Result<i32> {
+    if args.testbed_cleanup {
+        let dir = args
+            .testbed_cache
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(warmstart_testbed::DEFAULT_CACHE_DIR));
+        return testbed::cleanup(&dir, quiet);
+    }
     if args.runs == 0 {
         bail!("--runs must be at least 1");
+    }
+    if let Some(tb) = testbed::inner() {
+        tb.link_host_root()?;
+    }
+    if let Some(fs) = args.fs {
+        // The suite's packages go onto the host first, so the image
+        // (checked against the host's trees) has them.
+        if let Some(path) = &args.suite {
+            install_suite_packages(path, &args.only, !args.no_install, quiet)?;
+        }
+        return testbed::run(&args, fs, quiet);
     }
     let scenarios = args.scenarios();
     if scenarios.contains(&Scenario::Vmtouch) && !real::which("vmtouch") {
@@ -228,17 +273,7 @@ pub fn run(args: BenchArgs, quiet: bool) -> Result<i32> {
         if programs.is_empty() {
             bail!("no program of {} matches --only", path.display());
         }
-        let mut pkgs: Vec<String> = programs.iter().flat_map(|p| p.packages.clone()).collect();
-        if programs.iter().any(|p| p.x11) {
-            pkgs.extend(["xvfb".to_string(), "xdotool".to_string()]);
-        }
-        pkgs.sort();
-        pkgs.dedup();
-        let missing = suite::missing_packages(&pkgs);
-        if !missing.is_empty() && !quiet {
-            eprintln!("warmstart: installing {}", missing.join(" "));
-        }
-        suite::install(&missing, !args.no_install)?;
+        install_packages(&programs, !args.no_install, quiet)?;
         for p in programs {
             let mut t = p.target(&dir, timeout);
             if let Some(x) = &args.prepare {
@@ -291,6 +326,7 @@ pub fn run(args: BenchArgs, quiet: bool) -> Result<i32> {
     };
     let machine = machine::Machine::probe();
     let mut results = Results {
+        testbed: testbed::inner().map(|t| t.info.clone()),
         machine,
         settings: Settings {
             rounds: args.runs,
@@ -411,6 +447,32 @@ pub fn run(args: BenchArgs, quiet: bool) -> Result<i32> {
         return Ok(1);
     }
     Ok(0)
+}
+
+/// Installs the Debian packages the suite's programs (those `only` names)
+/// need.
+fn install_suite_packages(path: &Path, only: &[String], install: bool, quiet: bool) -> Result<()> {
+    let suite = suite::Suite::load(path)?;
+    let programs: Vec<_> = suite
+        .programs
+        .iter()
+        .filter(|p| only.is_empty() || only.contains(&p.name))
+        .collect();
+    install_packages(&programs, install, quiet)
+}
+
+fn install_packages(programs: &[&suite::SuiteProgram], install: bool, quiet: bool) -> Result<()> {
+    let mut pkgs: Vec<String> = programs.iter().flat_map(|p| p.packages.clone()).collect();
+    if programs.iter().any(|p| p.x11) {
+        pkgs.extend(["xvfb".to_string(), "xdotool".to_string()]);
+    }
+    pkgs.sort();
+    pkgs.dedup();
+    let missing = suite::missing_packages(&pkgs);
+    if !missing.is_empty() && !quiet {
+        eprintln!("warmstart: installing {}", missing.join(" "));
+    }
+    suite::install(&missing, install)
 }
 
 /// One cold, one warm and one warmstart launch with the activity sampler
