@@ -54,6 +54,8 @@ pub const EXAMPLES: &str = "EXAMPLES:
   warmstart bench --ready port:8080 --prepare 'rm -rf /tmp/cache' -- ./server
   warmstart bench --suite bench/suite.toml --plot out/ --export-markdown results.md
   warmstart bench --scenarios cold,warm,prefetch-only,demand,contention,run -- npm -v
+  warmstart bench --fs xfs --storage sd --suite bench/suite.toml --only python-scipy
+  warmstart bench --testbed-cleanup
 
 Scenarios (FAST §6.1.2, Paralfetch §5), run interleaved round after round:
   cold           the launch's files evicted first (the baseline)
@@ -78,7 +80,12 @@ Scenarios (FAST §6.1.2, Paralfetch §5), run interleaved round after round:
 Gap captured = (t_cold - t) / (t_cold - t_warm): 100% is as fast as warm.
 run and daemon launch the warmstart binary: WARMSTART_BENCH_BIN (`warmstart bench`
 sets it to itself), else the one beside warmstart-bench, else the one on PATH;
-daemon needs root and runs only around its own launches.";
+daemon needs root and runs only around its own launches.
+With --fs every scenario runs inside the testbed: the harness re-runs itself
+chrooted over the image (the program, the recorder, the replays, run and the
+daemon see the same paths); the report names the testbed and, with --storage,
+the device model's fio figures; each run's reads from the loop device are in
+the JSON and CSV exports (device_read_bytes).";
 
 /// Measure launch times: cold, warm, the peers' prefetchers and warmstart's.
 #[derive(clap::Args, Debug)]
