@@ -311,6 +311,15 @@ pub fn run(args: &BenchArgs, fs: Fs, quiet: bool) -> Result<i32> {
             .context("waiting for the harness in the testbed")
     })?;
 
+    // Ctrl-C reaches the harness inside too, and it dies of it first: the
+    // testbed's signal handler is tearing the testbed down in this process
+    // and will end it. Tearing down here as well would find nothing left to
+    // do and exit while the handler is half-way, so give it the time.
+    if let Some(sig) = std::os::unix::process::ExitStatusExt::signal(&status) {
+        if [libc::SIGINT, libc::SIGTERM, libc::SIGHUP].contains(&sig) {
+            std::thread::sleep(std::time::Duration::from_secs(30));
+        }
+    }
     let copied = copy_out(args, &out_host);
     let _ = std::fs::remove_dir_all(&out_host);
     if !quiet {
