@@ -489,3 +489,147 @@ pub fn parse_fs(s: &str) -> Result<Fs, String> {
     s.parse()
         .map_err(|e: warmstart_testbed::Error| e.to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    /// As main.rs's.
+    #[derive(Parser)]
+    struct Cli {
+        #[arg(short, long)]
+        quiet: bool,
+        #[command(flatten)]
+        args: BenchArgs,
+    }
+
+    fn parse(argv: &[&str]) -> BenchArgs {
+        Cli::try_parse_from(std::iter::once("warmstart-bench").chain(argv.iter().copied()))
+            .unwrap()
+            .args
+    }
+
+    #[test]
+    fn inner_harness_gets_every_option_but_the_testbeds() {
+        let outer = parse(&[
+            "--fs",
+            "xfs",
+            "--storage",
+            "sd",
+            "--testbed-content",
+            "/usr,/etc",
+            "--runs",
+            "3",
+            "--warmup",
+            "2",
+            "--scenarios",
+            "cold,warm,run",
+            "--evict-files",
+            "--ready",
+            "output:Listening on",
+            "--prepare",
+            "rm -rf /var/tmp/x",
+            "--timeout",
+            "12.5",
+            "-i",
+            "--name",
+            "srv",
+            "--export-json",
+            "/home/u/r.json",
+            "--plot",
+            "figs",
+            "--",
+            "node",
+            "server.js",
+            "--port=1",
+        ]);
+        let argv = inner_args(&outer, None, Path::new("/var/tmp/out"), true);
+        let argv: Vec<String> = argv.into_iter().map(|a| a.into_string().unwrap()).collect();
+        let refs: Vec<&str> = argv.iter().map(String::as_str).collect();
+        let inner = parse(&refs);
+        assert!(inner.fs.is_none() && inner.storage.is_none());
+        assert!(inner.testbed_content.is_empty());
+        assert_eq!(inner.runs, 3);
+        assert_eq!(inner.warmup, 2);
+        assert_eq!(inner.scenarios, outer.scenarios);
+        assert!(inner.evict_files && inner.ignore_failure);
+        assert_eq!(inner.ready.to_string(), "output:Listening on");
+        assert_eq!(inner.prepare, outer.prepare);
+        assert_eq!(inner.timeout, 12.5);
+        assert_eq!(inner.name.as_deref(), Some("srv"));
+        // Exports land in the exchange directory, copied out afterwards.
+        assert_eq!(
+            inner.export_json.as_deref(),
+            Some(Path::new("/var/tmp/out/results.json"))
+        );
+        assert_eq!(inner.plot.as_deref(), Some(Path::new("/var/tmp/out/plot")));
+        assert!(inner.export_csv.is_none());
+        assert_eq!(inner.command, ["node", "server.js", "--port=1"]);
+        assert!(argv.contains(&"--quiet".to_string()));
+    }
+
+    #[test]
+    fn inner_suite_run_installs_nothing() {
+        let outer = parse(&[
+            "--fs",
+            "ext4",
+            "--suite",
+            "bench/suite.toml",
+            "--only",
+            "a,b",
+        ]);
+        let argv = inner_args(
+            &outer,
+            Some(Path::new("/src/bench/suite.toml")),
+            Path::new("/o"),
+            false,
+        );
+        let argv: Vec<String> = argv.into_iter().map(|a| a.into_string().unwrap()).collect();
+        let refs: Vec<&str> = argv.iter().map(String::as_str).collect();
+        let inner = parse(&refs);
+        assert_eq!(
+            inner.suite.as_deref(),
+            Some(Path::new("/src/bench/suite.toml"))
+        );
+        assert_eq!(inner.only, ["a", "b"]);
+        assert!(inner.no_install);
+        assert!(inner.command.is_empty());
+    }
+
+    #[test]
+    fn testbed_lines_name_the_image_and_the_device() {
+        let mut info = TestbedInfo {
+            fs: "xfs".into(),
+            storage: Some("sd".into()),
+            image: "/var/cache/warmstart-bench/testbed-xfs.img".into(),
+            loop_device: "/dev/loop3".into(),
+            host_root: "/run/warmstart-testbed/1-0/root".into(),
+            direct_io: true,
+            description: "xfs image on sd (600 us latency)".into(),
+            contents: vec!["/usr".into()],
+            device: None,
+        };
+        assert_eq!(
+            info.lines(),
+            [
+                "testbed: xfs image on sd (600 us latency) (/dev/loop3, image \
+              /var/cache/warmstart-bench/testbed-xfs.img)"
+            ]
+        );
+        info.device = Some(DeviceFigures {
+            rand4k_qd1_lat_us: 850.0,
+            rand4k_qd1_p50_us: 800.0,
+            rand4k_qd1_p99_us: 2700.0,
+            rand4k_qd1_iops: 1150.0,
+            rand4k_qd32_iops: 1200.0,
+            seq1m_mb_s: 38.2,
+        });
+        let l = info.lines();
+        assert_eq!(l.len(), 2);
+        assert!(
+            l[1].starts_with("device (fio on sd): 4k random read QD1 850 us"),
+            "{l:?}"
+        );
+    }
+}
