@@ -631,5 +631,27 @@ mod tests {
             l[1].starts_with("device (fio on sd): 4k random read QD1 850 us"),
             "{l:?}"
         );
+
+        // In every export.
+        let mut r = crate::export::tests::sample();
+        r.testbed = Some(info);
+        let text = crate::report::render(&r);
+        assert!(
+            text.starts_with(&format!("{}\n{}\n\n", l[0], l[1])),
+            "{text}"
+        );
+        let md = crate::markdown::render(&r);
+        assert!(
+            md.contains(
+                "- **Testbed:** xfs image on sd (600 us latency) (image \
+                 `/var/cache/warmstart-bench/testbed-xfs.img`, contents /usr).\n\
+                 - **Device (fio on the loop device):** 4k random read QD1 850 us"
+            ),
+            "{md}"
+        );
+        let mut json = Vec::new();
+        crate::export::write_json(&r, &mut json).unwrap();
+        let back: crate::export::Results = serde_json::from_slice(&json).unwrap();
+        assert_eq!(back, r);
     }
 }
