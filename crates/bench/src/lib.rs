@@ -215,6 +215,9 @@ pub fn run(args: BenchArgs, quiet: bool) -> Result<i32> {
     if args.runs == 0 {
         bail!("--runs must be at least 1");
     }
+    if args.testbed_cache.is_some() && args.fs.is_none() {
+        bail!("--testbed-cache goes with --fs or --testbed-cleanup");
+    }
     if let Some(tb) = testbed::inner() {
         tb.link_host_root()?;
     }
