@@ -39,6 +39,9 @@ pub struct ProgramResult {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Results {
     pub machine: Machine,
+    /// The storage testbed the launches ran in (`--fs`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub testbed: Option<crate::testbed::TestbedInfo>,
     pub settings: Settings,
     pub programs: Vec<ProgramResult>,
 }
@@ -49,7 +52,7 @@ pub fn write_json(results: &Results, w: impl Write) -> Result<()> {
 }
 
 /// Columns: program, round, position, scenario, time_s, exit_code,
-/// resident_before, prefetched_bytes. Empty cells where a value does not
+/// resident_before, prefetched_bytes, device_read_bytes (`--fs`). Empty cells where a value does not
 /// apply.
 pub fn write_csv(results: &Results, w: impl Write) -> Result<()> {
     let mut c = csv::Writer::from_writer(w);
@@ -62,6 +65,7 @@ pub fn write_csv(results: &Results, w: impl Write) -> Result<()> {
         "exit_code",
         "resident_before",
         "prefetched_bytes",
+        "device_read_bytes",
     ])?;
     let opt = |v: Option<String>| v.unwrap_or_default();
     for p in &results.programs {
@@ -75,6 +79,7 @@ pub fn write_csv(results: &Results, w: impl Write) -> Result<()> {
                 opt(r.exit_code.map(|x| x.to_string())),
                 opt(r.resident_before.map(|x| format!("{x:.4}"))),
                 opt(r.prefetched_bytes.map(|x| x.to_string())),
+                opt(r.device_read_bytes.map(|x| x.to_string())),
             ])?;
         }
     }
@@ -120,6 +125,7 @@ pub(crate) mod tests {
                 exit_code: Some(0),
                 resident_before: (s == Scenario::Cold).then_some(0.0),
                 prefetched_bytes: (s == Scenario::Warmstart).then_some(4096),
+                device_read_bytes: None,
             })
         }
     }
@@ -137,6 +143,7 @@ pub(crate) mod tests {
         let (learned, runs) = run_program("demo", &mut Fixed, &sc, 2, 0, &mut NoProgress).unwrap();
         Results {
             machine: Machine::default(),
+            testbed: None,
             settings: Settings {
                 rounds: 2,
                 warmup: 0,
@@ -164,14 +171,15 @@ pub(crate) mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(
             lines[0],
-            "program,round,position,scenario,time_s,exit_code,resident_before,prefetched_bytes"
+            "program,round,position,scenario,time_s,exit_code,resident_before,prefetched_bytes,\
+             device_read_bytes"
         );
         // 6 launched + 1 bound per round, 2 rounds.
         assert_eq!(lines.len(), 1 + 14);
-        assert_eq!(lines[1], "demo,0,0,cold,2.000000,0,0.0000,");
-        assert!(lines.contains(&"demo,0,,bound,1.000000,,,"), "{text}");
+        assert_eq!(lines[1], "demo,0,0,cold,2.000000,0,0.0000,,");
+        assert!(lines.contains(&"demo,0,,bound,1.000000,,,,"), "{text}");
         assert!(
-            lines.contains(&"demo,1,2,warmstart,1.250000,0,,4096"),
+            lines.contains(&"demo,1,2,warmstart,1.250000,0,,4096,"),
             "{text}"
         );
     }

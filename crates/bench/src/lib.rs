@@ -27,6 +27,7 @@ pub mod runner;
 pub mod scenario;
 pub mod stats;
 pub mod suite;
+pub mod testbed;
 pub mod timeline;
 pub mod wrapped;
 
@@ -53,6 +54,8 @@ pub const EXAMPLES: &str = "EXAMPLES:
   warmstart bench --ready port:8080 --prepare 'rm -rf /tmp/cache' -- ./server
   warmstart bench --suite bench/suite.toml --plot out/ --export-markdown results.md
   warmstart bench --scenarios cold,warm,prefetch-only,demand,contention,run -- npm -v
+  warmstart bench --fs xfs --storage sd --suite bench/suite.toml --only python-scipy
+  warmstart bench --testbed-cleanup
 
 Scenarios (FAST §6.1.2, Paralfetch §5), run interleaved round after round:
   cold           the launch's files evicted first (the baseline)
@@ -77,7 +80,12 @@ Scenarios (FAST §6.1.2, Paralfetch §5), run interleaved round after round:
 Gap captured = (t_cold - t) / (t_cold - t_warm): 100% is as fast as warm.
 run and daemon launch the warmstart binary: WARMSTART_BENCH_BIN (`warmstart bench`
 sets it to itself), else the one beside warmstart-bench, else the one on PATH;
-daemon needs root and runs only around its own launches.";
+daemon needs root and runs only around its own launches.
+With --fs every scenario runs inside the testbed: the harness re-runs itself
+chrooted over the image (the program, the recorder, the replays, run and the
+daemon see the same paths); the report names the testbed and, with --storage,
+the device model's fio figures; each run's reads from the loop device are in
+the JSON and CSV exports (device_read_bytes).";
 
 /// Measure launch times: cold, warm, the peers' prefetchers and warmstart's.
 #[derive(clap::Args, Debug)]
@@ -144,8 +152,34 @@ pub struct BenchArgs {
     /// activity of one cold, warm and warmstart launch) into DIR.
     #[arg(long, value_name = "DIR")]
     pub plot: Option<PathBuf>,
+    /// Run every scenario in a storage testbed: the program's files on a
+    /// filesystem of this type (ext4, xfs, btrfs) in an image on a
+    /// direct-I/O loop device, the program chrooted over it; cold drops the
+    /// page cache and the loop device's. Built once, reused while valid.
+    #[arg(long, value_name = "FS", value_parser = testbed::parse_fs)]
+    pub fs: Option<warmstart_testbed::Fs>,
+    /// With --fs: put a slow-device model under the image (sd, cloud,
+    /// sata-ssd); its fio figures are printed with the results.
+    #[arg(long, value_name = "PROFILE", requires = "fs", value_parser = testbed::parse_profile)]
+    pub storage: Option<warmstart_testbed::Profile>,
+    /// Where testbed images are kept [default: /var/cache/warmstart-bench].
+    #[arg(long, value_name = "DIR")]
+    pub testbed_cache: Option<PathBuf>,
+    /// With --fs: copy these host paths into the image instead of the
+    /// system's (/usr, /etc, /bin, /sbin, /lib*, the font cache);
+    /// comma-separated.
+    #[arg(long, value_delimiter = ',', value_name = "PATHS", requires = "fs")]
+    pub testbed_content: Vec<PathBuf>,
+    /// Remove the testbed images and whatever an interrupted run left
+    /// (mounts, loop devices), then exit.
+    #[arg(long, conflicts_with_all = ["fs", "suite", "command"])]
+    pub testbed_cleanup: bool,
     /// The command and its arguments.
-    #[arg(last = true, value_name = "CMD", required_unless_present = "suite")]
+    #[arg(
+        last = true,
+        value_name = "CMD",
+        required_unless_present_any = ["suite", "testbed_cleanup"]
+    )]
     pub command: Vec<String>,
 }
 
@@ -171,8 +205,29 @@ impl BenchArgs {
 
 /// Runs the benchmark; returns the process exit code.
 pub fn run(args: BenchArgs, quiet: bool) -> Result<i32> {
+    if args.testbed_cleanup {
+        let dir = args
+            .testbed_cache
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(warmstart_testbed::DEFAULT_CACHE_DIR));
+        return testbed::cleanup(&dir, quiet);
+    }
     if args.runs == 0 {
         bail!("--runs must be at least 1");
+    }
+    if args.testbed_cache.is_some() && args.fs.is_none() {
+        bail!("--testbed-cache goes with --fs or --testbed-cleanup");
+    }
+    if let Some(tb) = testbed::inner() {
+        tb.link_host_root()?;
+    }
+    if let Some(fs) = args.fs {
+        // The suite's packages go onto the host first, so the image
+        // (checked against the host's trees) has them.
+        if let Some(path) = &args.suite {
+            install_suite_packages(path, &args.only, !args.no_install, quiet)?;
+        }
+        return testbed::run(&args, fs, quiet);
     }
     let scenarios = args.scenarios();
     if scenarios.contains(&Scenario::Vmtouch) && !real::which("vmtouch") {
@@ -228,17 +283,11 @@ pub fn run(args: BenchArgs, quiet: bool) -> Result<i32> {
         if programs.is_empty() {
             bail!("no program of {} matches --only", path.display());
         }
-        let mut pkgs: Vec<String> = programs.iter().flat_map(|p| p.packages.clone()).collect();
-        if programs.iter().any(|p| p.x11) {
-            pkgs.extend(["xvfb".to_string(), "xdotool".to_string()]);
+        // In a testbed the outer harness installed them on the host before
+        // the image was checked (the image has no dpkg database to ask).
+        if testbed::inner().is_none() {
+            install_packages(&programs, !args.no_install, quiet)?;
         }
-        pkgs.sort();
-        pkgs.dedup();
-        let missing = suite::missing_packages(&pkgs);
-        if !missing.is_empty() && !quiet {
-            eprintln!("warmstart: installing {}", missing.join(" "));
-        }
-        suite::install(&missing, !args.no_install)?;
         for p in programs {
             let mut t = p.target(&dir, timeout);
             if let Some(x) = &args.prepare {
@@ -291,6 +340,7 @@ pub fn run(args: BenchArgs, quiet: bool) -> Result<i32> {
     };
     let machine = machine::Machine::probe();
     let mut results = Results {
+        testbed: testbed::inner().map(|t| t.info.clone()),
         machine,
         settings: Settings {
             rounds: args.runs,
@@ -411,6 +461,32 @@ pub fn run(args: BenchArgs, quiet: bool) -> Result<i32> {
         return Ok(1);
     }
     Ok(0)
+}
+
+/// Installs the Debian packages the suite's programs (those `only` names)
+/// need.
+fn install_suite_packages(path: &Path, only: &[String], install: bool, quiet: bool) -> Result<()> {
+    let suite = suite::Suite::load(path)?;
+    let programs: Vec<_> = suite
+        .programs
+        .iter()
+        .filter(|p| only.is_empty() || only.contains(&p.name))
+        .collect();
+    install_packages(&programs, install, quiet)
+}
+
+fn install_packages(programs: &[&suite::SuiteProgram], install: bool, quiet: bool) -> Result<()> {
+    let mut pkgs: Vec<String> = programs.iter().flat_map(|p| p.packages.clone()).collect();
+    if programs.iter().any(|p| p.x11) {
+        pkgs.extend(["xvfb".to_string(), "xdotool".to_string()]);
+    }
+    pkgs.sort();
+    pkgs.dedup();
+    let missing = suite::missing_packages(&pkgs);
+    if !missing.is_empty() && !quiet {
+        eprintln!("warmstart: installing {}", missing.join(" "));
+    }
+    suite::install(&missing, install)
 }
 
 /// One cold, one warm and one warmstart launch with the activity sampler

@@ -52,6 +52,18 @@ pub fn render(results: &Results) -> String {
         },
         date(m.date_unix_s)
     );
+    if let Some(t) = &results.testbed {
+        let _ = writeln!(
+            out,
+            "- **Testbed:** {} (image `{}`, contents {}).",
+            t.description,
+            cell(&t.image),
+            t.contents.join(", ")
+        );
+        if let Some(d) = &t.device {
+            let _ = writeln!(out, "- **Device (fio on the loop device):** {d}.");
+        }
+    }
     let _ = writeln!(out, "- **Scenarios:** {}.", st.scenarios.join(", "));
     let _ = writeln!(
         out,

@@ -223,6 +223,10 @@ impl RealExecutor {
             evict::evict_files(self.files.iter().map(|f| f.0.as_str()));
             evict::evict_devices(self.devices.iter().copied());
             Ok(())
+        } else if let Some(tb) = crate::testbed::inner() {
+            // The page cache and the loop device's own (and, without direct
+            // I/O, the image's pages), by the testbed's owner.
+            tb.drop_caches()
         } else {
             evict::drop_all_caches().context("dropping caches (needs root; or use --evict-files)")
         }
@@ -399,8 +403,8 @@ impl RealExecutor {
         Ok(Measurement {
             time: launched.time,
             exit_code: launched.exit_code,
-            resident_before: None,
             prefetched_bytes: bytes,
+            ..Default::default()
         })
     }
 
@@ -618,6 +622,7 @@ impl Executor for RealExecutor {
             self.evict()?;
         }
         let resident_before = self.cfg.check_residency.then(|| self.resident());
+        let device_before = crate::testbed::inner().and_then(|t| t.device_read_bytes());
         self.last_start = Some(Instant::now());
         let mut m = match s {
             Scenario::Cold | Scenario::Warm => {
@@ -720,6 +725,10 @@ impl Executor for RealExecutor {
         // Any launch leaves the cache warm; a prefetch alone does not.
         self.warm = s != Scenario::PrefetchOnly;
         m.resident_before = resident_before;
+        m.device_read_bytes = device_before.and_then(|b| {
+            let after = crate::testbed::inner()?.device_read_bytes()?;
+            Some(after.saturating_sub(b))
+        });
         Ok(m)
     }
 

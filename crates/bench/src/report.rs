@@ -184,6 +184,12 @@ pub fn losses(results: &Results) -> Vec<String> {
 /// The whole report.
 pub fn render(results: &Results) -> String {
     let mut out = String::new();
+    if let Some(t) = &results.testbed {
+        for l in t.lines() {
+            let _ = writeln!(out, "{l}");
+        }
+        out.push('\n');
+    }
     for p in &results.programs {
         let _ = writeln!(
             out,

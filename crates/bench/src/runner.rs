@@ -27,6 +27,9 @@ pub struct Measurement {
     pub resident_before: Option<f64>,
     /// Bytes the prefetcher issued, for scenarios that prefetch.
     pub prefetched_bytes: Option<u64>,
+    /// Bytes read from the testbed's loop device while the scenario ran
+    /// (its prefetch and launch), with `--fs`.
+    pub device_read_bytes: Option<u64>,
 }
 
 /// One row of the results: a scenario in one round.
@@ -42,6 +45,9 @@ pub struct Run {
     pub exit_code: Option<i32>,
     pub resident_before: Option<f64>,
     pub prefetched_bytes: Option<u64>,
+    /// Bytes read from the testbed's loop device (`--fs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_read_bytes: Option<u64>,
 }
 
 /// What the learning phase produced, for the report.
@@ -137,6 +143,7 @@ pub fn run_program(
                     exit_code: m.exit_code,
                     resident_before: m.resident_before,
                     prefetched_bytes: m.prefetched_bytes,
+                    device_read_bytes: m.device_read_bytes,
                 });
             }
             let (Some(w), Some(p)) = (warm, pf) else {
@@ -152,6 +159,7 @@ pub fn run_program(
                     exit_code: None,
                     resident_before: None,
                     prefetched_bytes: None,
+                    device_read_bytes: None,
                 })
             };
             if scenarios.contains(&Scenario::Bound) {
