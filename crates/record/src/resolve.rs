@@ -191,7 +191,7 @@ impl Resolver {
 /// FIFO or device costs one `O_PATH` open and an `fstat`.
 pub fn identify(path: &str, key: (u64, u64)) -> Option<FileInfo> {
     let (id, kind) = warmstart_sys::open::inspect(path, false).ok()?;
-    if (id.dev, id.ino) != key {
+    if (id.dev, id.ino) != key && !(id.ino == key.1 && btrfs_subvolume_dev(path, id.dev, key.0)) {
         return None;
     }
     Some(FileInfo {
@@ -199,6 +199,33 @@ pub fn identify(path: &str, key: (u64, u64)) -> Option<FileInfo> {
         id: file_id_of(id),
         file_type: file_type_of(kind),
     })
+}
+
+/// Whether `stat_dev` and `kernel_dev` name the same btrfs filesystem.
+/// The page tracepoints report a btrfs inode by its superblock's device,
+/// but `stat` gives the device of its subvolume (another anonymous
+/// device), so the two never match and no btrfs file would be named.
+/// The file's identity is then taken from `stat`, which is what a replay
+/// checks. Inode numbers are per subvolume, so with several subvolumes
+/// mounted one kernel (dev, ino) may be two files; the first name seen
+/// wins, as for any name.
+fn btrfs_subvolume_dev(path: &str, stat_dev: u64, kernel_dev: u64) -> bool {
+    /// `BTRFS_SUPER_MAGIC` from `<linux/magic.h>`.
+    const BTRFS_SUPER_MAGIC: i64 = 0x9123_683e;
+    if libc::major(stat_dev) != 0 || libc::major(kernel_dev) != 0 {
+        return false;
+    }
+    let Ok(c) = std::ffi::CString::new(path) else {
+        return false;
+    };
+    // SAFETY: statfs writes into the zeroed struct it is given; `c` is a
+    // valid NUL-terminated path.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return false;
+    }
+    st.f_type as i64 == BTRFS_SUPER_MAGIC
 }
 
 /// A file's identity from its metadata.

@@ -376,3 +376,35 @@ fn root_record_tracefs_and_mincore_backends() {
         );
     }
 }
+
+/// btrfs reports a file's pages under its superblock's device, while
+/// `stat` gives its subvolume's: the file is named all the same, with the
+/// identity a replay will check.
+#[test]
+fn root_record_names_files_on_btrfs() {
+    if !require_root("root_record_names_files_on_btrfs") {
+        return;
+    }
+    let fs = LoopFs::new("btrfs", 512);
+    let data = fs.mnt.join("data");
+    std::fs::write(&data, vec![7u8; 3 << 20]).unwrap();
+    fs.evict();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("t.trace");
+    run_ok(
+        Command::new(warmstart())
+            .args(["record", "-o"])
+            .arg(&out)
+            .arg("--")
+            .arg("cat")
+            .arg(&data)
+            .stdout(std::process::Stdio::null()),
+    );
+    let (pages, _) = trace_pages(&show_json(&out));
+    let name = data.display().to_string();
+    assert!(
+        pages.get(&name).is_some_and(|p| p.len() >= 700),
+        "{name} not named or not read: {:?}",
+        pages.keys().collect::<Vec<_>>()
+    );
+}
