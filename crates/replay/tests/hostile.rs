@@ -1,6 +1,8 @@
-//! Plans forged to cost the replay as much as possible: a file claiming
-//! to be exabytes long with an entry of 2^62 bytes, ranges past the end of
-//! their file, a cancel before any work. Each must be rejected or finish
+//! Plans forged to cost the replay as much as possible: past the plan
+//! format's limits (a file claiming to be 2^64 bytes long with an entry of
+//! 2^62 bytes) they are refused; at those limits (a 2^63-byte file, a
+//! 1 TiB entry), ranges past the end of their file, a cancel before any
+//! work. Each must be rejected or finish
 //! at once, with what happened in the report. Run on a thread with a
 //! generous deadline, only so that a regression fails instead of hanging.
 
@@ -18,7 +20,11 @@ use warmstart_replay::{
     replay, Backend, Count, Engine, IoPriority, MemInfo, Options, RealBackend, Report, SkipReason,
 };
 
-const HUGE: u64 = 1 << 62;
+/// Near the most a plan may hold in all (`warmstart_plan::limits`): 2^23
+/// requests of 128 KiB, were they counted one by one.
+const HUGE: u64 = (1 << 40) - (1 << 20);
+/// The largest file size a plan may claim.
+const BIG_FILE: u64 = i64::MAX as u64;
 const HANG_GUARD: Duration = Duration::from_secs(5);
 
 fn id(size: u64) -> FileId {
@@ -85,11 +91,11 @@ fn an_exabyte_entry_is_stopped_before_any_request() {
         let r = finishes(move || {
             let b = MockBackend::new()
                 .with_file("/small", FileId { ino: 1, ..id(8192) })
-                .with_file("/huge", id(u64::MAX));
+                .with_file("/huge", id(BIG_FILE));
             let p = plan(
                 vec![
                     ("/small".into(), FileId { ino: 1, ..id(8192) }),
-                    ("/huge".into(), id(u64::MAX)),
+                    ("/huge".into(), id(BIG_FILE)),
                 ],
                 vec![data(0, 0, 8192), data(1, 0, HUGE)],
             );
@@ -118,7 +124,7 @@ fn an_exabyte_entry_of_a_changed_file_is_skipped_in_one_step() {
                     available: u64::MAX / 2,
                 }])
                 .with_file("/huge", id(8192));
-            let p = plan(vec![("/huge".into(), id(u64::MAX))], vec![data(0, 0, HUGE)]);
+            let p = plan(vec![("/huge".into(), id(BIG_FILE))], vec![data(0, 0, HUGE)]);
             let opts = Options {
                 io_priority,
                 ..guard_off()
@@ -213,7 +219,7 @@ fn forged_plans_on_a_real_file() {
     let (_, real) = b.open_file(&path).unwrap();
     let name = path.display().to_string();
     let claims_huge = FileId {
-        size: u64::MAX,
+        size: BIG_FILE,
         ..real
     };
     let cases: Vec<(&str, FileId, u64)> = vec![
@@ -242,4 +248,16 @@ fn forged_plans_on_a_real_file() {
         }
     }
     assert!(Path::new(&name).exists());
+}
+
+/// Past the format's limits, a forged plan is refused before any work.
+#[test]
+fn a_plan_past_the_limits_is_refused() {
+    let b = MockBackend::new().with_file("/huge", id(8192));
+    let p = plan(
+        vec![("/huge".into(), id(u64::MAX))],
+        vec![data(0, 0, 1 << 62)],
+    );
+    let err = finishes(move || replay(&p, &guard_off(), &b).unwrap_err().to_string());
+    assert!(err.contains("too large"), "{err}");
 }

@@ -12,7 +12,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use warmstart_plan::plan::{Entry, Lookup, PlanFile};
 use warmstart_plan::Plan;
 use warmstart_replay::RealBackend;
 
@@ -60,27 +59,6 @@ fn plan_file(store: &Store, name: &str, phase: Phase) -> PathBuf {
         Phase::Learning => store.previous_plan_path(name),
         _ => store.plan_path(name),
     }
-}
-
-/// What a plan takes in memory once decoded: its tables and the strings
-/// they own. A plan file is deflated, so its size on disk says little (a
-/// 255 KB file of repetitive entries decoded to 521 MB).
-pub fn decoded_size(plan: &Plan) -> u64 {
-    use std::mem::size_of;
-    let strings = |v: &[String]| {
-        v.iter()
-            .map(|s| s.len() + size_of::<String>())
-            .sum::<usize>()
-    };
-    let bytes = size_of::<Plan>()
-        + strings(&plan.meta.command)
-        + strings(&plan.meta.passes)
-        + plan.files.len() * size_of::<PlanFile>()
-        + plan.files.iter().map(|f| f.path.len()).sum::<usize>()
-        + plan.lookups.len() * size_of::<Lookup>()
-        + plan.lookups.iter().map(|l| l.path.len()).sum::<usize>()
-        + plan.entries.len() * size_of::<Entry>();
-    bytes as u64
 }
 
 /// What the daemon knows of a profile on disk.
@@ -188,7 +166,7 @@ impl Cache {
         if let Some((_, old)) = m.map.remove(name) {
             m.plan_bytes -= old;
         }
-        let mut size = k.plan.as_ref().map_or(0, |(p, _)| decoded_size(p));
+        let mut size = k.plan.as_ref().map_or(0, |(p, _)| p.decoded_size());
         if budget > 0 && m.plan_bytes + size > budget {
             if let Some((_, st)) = k.plan.take() {
                 k.spilled = Some(st);
@@ -467,7 +445,7 @@ pub(super) fn evict_lru(shared: &Shared, store: &Store, max: u64) {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use warmstart_plan::plan::PlanMeta;
+    use warmstart_plan::plan::{Entry, PlanMeta};
 
     /// A plan of `n` metadata entries: a few hundred bytes deflated,
     /// `n * size_of::<Entry>()` decoded.
@@ -508,7 +486,7 @@ pub(crate) mod tests {
     fn memory_is_counted_by_decoded_size() {
         let big = plan_of(100_000);
         let compressed = big.to_bytes().len() as u64;
-        let decoded = decoded_size(&big);
+        let decoded = big.decoded_size();
         assert!(
             decoded > 20 * compressed,
             "{decoded} decoded from {compressed}"
@@ -531,7 +509,7 @@ pub(crate) mod tests {
         );
         // Replacing and removing entries gives their memory back.
         cache.put(&prof("a"), Some((Arc::new(plan_of(10)), None)));
-        assert_eq!(cache.counts().plan_bytes, decoded_size(&plan_of(10)));
+        assert_eq!(cache.counts().plan_bytes, plan_of(10).decoded_size());
         cache.remove("a");
         assert_eq!(cache.counts().plan_bytes, 0);
         cache.put(&prof("b"), Some((Arc::new(big), None)));

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use std::thread;
 use std::time::Instant;
 
-use warmstart_plan::trace::PAGE_SIZE;
+use warmstart_plan::chunk::split;
 use warmstart_plan::{Entry, Plan};
 
 use super::worker::{clamp, State, Work};
@@ -344,31 +344,6 @@ pub(super) struct Dispatch {
     pub(super) remaining_at_stop: Option<u64>,
 }
 
-/// Splits `offset..offset+len` into requests covering at most `chunk` bytes
-/// of whole pages each, yielding `(first, offset, len)`. Boundaries fall on
-/// page multiples of `chunk` from the first page, so no request spans more
-/// pages than the kernel reads in one call, and the original range is
-/// covered exactly.
-pub(super) fn split(offset: u64, len: u64, chunk: u64) -> impl Iterator<Item = (bool, u64, u64)> {
-    let end = offset + len;
-    let base = offset / PAGE_SIZE * PAGE_SIZE;
-    let mut start = offset;
-    std::iter::from_fn(move || {
-        if start >= end {
-            return None;
-        }
-        let first = start == offset;
-        // The next boundary after `start`, counted from the first page
-        // (saturating: a range may end at the top of the u64 range).
-        let stop = base
-            .saturating_add(((start - base) / chunk + 1).saturating_mul(chunk))
-            .min(end);
-        let piece = (first, start, stop - start);
-        start = stop;
-        Some(piece)
-    })
-}
-
 /// Not one worker: at most the first request was issued. Fewer workers
 /// than asked for still replay the plan.
 fn spawn_result(spawn_error: Option<std::io::Error>, started: usize) -> Result<(), ReplayError> {
@@ -387,77 +362,4 @@ fn not_reached(plan: &Plan, from: usize, meta_left: u64) -> u64 {
         .filter(|e| !matches!(e, Entry::Meta { .. }))
         .count() as u64;
     rest + meta_left
-}
-
-#[cfg(test)]
-mod tests {
-    use super::super::worker::chunk_count;
-    use super::*;
-
-    #[test]
-    fn chunk_count_of_huge_ranges_is_computed() {
-        const P: u64 = PAGE_SIZE;
-        assert_eq!(chunk_count(0, 1 << 62, 128 * P), (1 << 62) / (128 * P));
-        assert_eq!(chunk_count(100, 0, P), 0);
-        assert_eq!(chunk_count(u64::MAX - P, P, 2 * P), 1);
-        let top: Vec<_> = split(u64::MAX - 2 * P, 2 * P, 2 * P).collect();
-        assert_eq!(top.iter().map(|c| c.2).sum::<u64>(), 2 * P, "{top:?}");
-    }
-
-    #[test]
-    fn split_table() {
-        const P: u64 = PAGE_SIZE;
-        // (name, offset, len, chunk, want)
-        type Case = (&'static str, u64, u64, u64, Vec<(bool, u64, u64)>);
-        let cases: Vec<Case> = vec![
-            ("fits in one", 0, 8 * P, 32 * P, vec![(true, 0, 8 * P)]),
-            (
-                "exact multiple",
-                0,
-                64 * P,
-                32 * P,
-                vec![(true, 0, 32 * P), (false, 32 * P, 32 * P)],
-            ),
-            (
-                "remainder",
-                P,
-                70 * P,
-                32 * P,
-                vec![
-                    (true, P, 32 * P),
-                    (false, 33 * P, 32 * P),
-                    (false, 65 * P, 6 * P),
-                ],
-            ),
-            (
-                "unaligned start stays within the page cap",
-                100,
-                3 * P,
-                2 * P,
-                vec![(true, 100, 2 * P - 100), (false, 2 * P, P + 100)],
-            ),
-            (
-                "one page chunks",
-                0,
-                3 * P,
-                P,
-                vec![(true, 0, P), (false, P, P), (false, 2 * P, P)],
-            ),
-        ];
-        for (name, offset, len, chunk, want) in cases {
-            let got: Vec<_> = split(offset, len, chunk).collect();
-            assert_eq!(got, want, "{name}");
-            assert_eq!(
-                chunk_count(offset, len, chunk),
-                got.len() as u64,
-                "{name}: counted as split cuts"
-            );
-            let covered: u64 = got.iter().map(|c| c.2).sum();
-            assert_eq!(covered, len, "{name}: covers the range exactly");
-            for &(_, o, l) in &got {
-                let pages = (o + l).div_ceil(P) - o / P;
-                assert!(pages * P <= chunk, "{name}: {o}+{l} spans {pages} pages");
-            }
-        }
-    }
 }

@@ -172,7 +172,8 @@ impl<'a, B: Backend> State<'a, B> {
                 if let Entry::Data { file, offset, len } = *e {
                     let (offset, len) = clamp(plan, file, offset, len);
                     let slot = &mut files[file as usize];
-                    *slot.chunks_left.get_mut() += chunk_count(offset, len, slot.chunk);
+                    *slot.chunks_left.get_mut() +=
+                        warmstart_plan::chunk::request_count(offset, len, slot.chunk);
                     to_issue = to_issue.saturating_add(len);
                 }
             }
@@ -457,20 +458,4 @@ pub(super) fn clamp(plan: &Plan, file: u32, offset: u64, len: u64) -> (u64, u64)
     let limit = size.div_ceil(PAGE_SIZE).saturating_mul(PAGE_SIZE);
     let end = offset.saturating_add(len).min(limit);
     (offset, end.saturating_sub(offset))
-}
-
-/// How many requests [`split`](super::dispatch::split) cuts
-/// `offset..offset+len` into, computed rather than counted: a forged plan
-/// may hold a range of 2^62 bytes.
-pub(super) fn chunk_count(offset: u64, len: u64, chunk: u64) -> u64 {
-    if len == 0 {
-        return 0;
-    }
-    // Boundaries fall at multiples of `chunk` from the first page, and the
-    // start lies within that page, so no boundary precedes it.
-    let base = offset / PAGE_SIZE * PAGE_SIZE;
-    offset
-        .saturating_add(len)
-        .saturating_sub(base)
-        .div_ceil(chunk)
 }
