@@ -1,0 +1,465 @@
+//! Reading before the launch: startup plans, launch prediction and idle
+//! preloading, fed by the event loop.
+//!
+//! The event loop tells this part what happened (the daemon started, a
+//! batch of events, a launch decided, a profile forgotten) and when it is
+//! idle; everything that reads or writes the state directory (a startup
+//! trace named and compiled, the history appended) runs on the learners'
+//! pool, so an exec is never kept waiting behind it. Each part is switched
+//! by config.toml: `[startup] enabled`, `predict_launches`, `[preload]
+//! enabled`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use warmstart_bpf::Event;
+use warmstart_plan::CompileOptions;
+use warmstart_predict::{Event as HistEvent, Launch, Predictor, Startup};
+
+use super::config::DaemonConfig;
+use super::control::{ForesightStatus, PredictionStatus};
+use super::learn::Learners;
+use crate::history::{HistoryFile, DEFAULT_CAPACITY};
+use crate::preload::{Action, PreloadOs, Preloader, State};
+use crate::startup::{
+    known_sessions, login_session, mem_available, replay_startup, uptime_ms, Input, ReplayHandle,
+    StartupConfig, StartupKind, StartupRecording, StartupStore, StartupWindow, Transition,
+};
+
+/// How often the preloader looks at the system while the daemon idles:
+/// often enough to read a program evicted meanwhile again before it is
+/// needed, seldom enough that measuring residency costs nothing worth
+/// mentioning.
+pub(super) const PRELOAD_TICK: Duration = Duration::from_secs(3);
+
+/// The daemon's startup windows, launch history, predictor and preloader.
+pub(super) struct Foresight {
+    proc_root: PathBuf,
+    run_root: PathBuf,
+    /// The clock of the window and the preloader (milliseconds since).
+    clock: Instant,
+    startup: StartupConfig,
+    window: StartupWindow,
+    rec: Option<StartupRecording>,
+    replay: Option<ReplayHandle>,
+    startups: StartupStore,
+    compile: CompileOptions,
+    /// `None` with `predict_launches = false`.
+    history: Option<Arc<Mutex<HistoryFile>>>,
+    predictor: Predictor,
+    preloader: Preloader,
+    os: Box<dyn PreloadOs + Send>,
+    /// Set while the daemon serves a launch: the preloader stays out.
+    launch: Arc<AtomicBool>,
+    last_tick: Option<Instant>,
+    /// Processes a closed startup window saw: untracked by the loop unless
+    /// a launch it follows holds them.
+    untrack: Vec<u32>,
+    pub(super) status: ForesightStatus,
+}
+
+impl Foresight {
+    /// Everything off: what the event loop starts with until the daemon
+    /// (or a test) gives it the real thing.
+    pub(super) fn off() -> Foresight {
+        let mut dcfg = DaemonConfig::default();
+        dcfg.startup.enabled = false;
+        dcfg.preload.enabled = false;
+        dcfg.predict_launches = false;
+        Foresight::new(
+            &dcfg,
+            CompileOptions::default(),
+            Path::new("/proc"),
+            Path::new("/run"),
+            Box::new(NoOs),
+            Arc::new(AtomicBool::new(false)),
+            &mut std::io::sink(),
+        )
+    }
+
+    /// Loads the launch history (a damaged one is rebuilt with a warning)
+    /// and builds the predictor from it. `launch` is the flag `os` reads.
+    pub(super) fn new(
+        dcfg: &DaemonConfig,
+        compile: CompileOptions,
+        proc_root: &Path,
+        run_root: &Path,
+        os: Box<dyn PreloadOs + Send>,
+        launch: Arc<AtomicBool>,
+        log: &mut dyn Write,
+    ) -> Foresight {
+        let history = dcfg.predict_launches.then(|| {
+            let (h, warning) = HistoryFile::load(&dcfg.state_dir, DEFAULT_CAPACITY);
+            if let Some(w) = warning {
+                let _ = writeln!(log, "warmstart daemon: {w}");
+            }
+            h
+        });
+        let predictor = match &history {
+            Some(h) => Predictor::from_history(dcfg.predict.clone(), h.history()),
+            None => Predictor::new(dcfg.predict.clone()),
+        };
+        let mut preload = dcfg.preload.clone();
+        // Preloads follow the predictions: none without them.
+        preload.enabled &= dcfg.predict_launches;
+        let mut window = StartupWindow::new(dcfg.startup.clone());
+        if dcfg.startup.enabled {
+            window.seed_sessions(known_sessions(proc_root));
+        }
+        let mut status = ForesightStatus::default();
+        if let Some(h) = &history {
+            status.history_events = h.history().len();
+        }
+        Foresight {
+            proc_root: proc_root.to_path_buf(),
+            run_root: run_root.to_path_buf(),
+            clock: Instant::now(),
+            startup: dcfg.startup.clone(),
+            window,
+            rec: None,
+            replay: None,
+            startups: StartupStore::new(&dcfg.state_dir, &dcfg.startup),
+            compile,
+            history: history.map(|h| Arc::new(Mutex::new(h))),
+            predictor,
+            preloader: Preloader::new(preload),
+            os,
+            launch,
+            last_tick: None,
+            untrack: Vec::new(),
+            status,
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.clock.elapsed().as_millis() as u64
+    }
+
+    /// The daemon started: a boot's window opens if the machine just did.
+    pub(super) fn daemon_started(&mut self, learners: &Learners, log: &mut dyn Write) {
+        let Some(up) = uptime_ms(&self.proc_root) else {
+            return;
+        };
+        let now = self.now_ms();
+        let t = self
+            .window
+            .feed(now, Input::DaemonStarted { uptime_ms: up });
+        self.transitions(t, learners, 0, log);
+    }
+
+    /// Whether a startup window is recording: the execs the policy ignores
+    /// stay tracked meanwhile, since a startup's reads are mostly theirs.
+    pub(super) fn recording(&self) -> bool {
+        self.rec.is_some()
+    }
+
+    /// The processes a closed startup window kept tracked.
+    pub(super) fn take_untrack(&mut self) -> Vec<u32> {
+        std::mem::take(&mut self.untrack)
+    }
+
+    /// A launch (or a replay at an execve) begins: no preload competes
+    /// with it, from now on.
+    pub(super) fn launch_begins(&mut self) {
+        self.launch.store(true, Ordering::Relaxed);
+        self.os.cancel_preload();
+    }
+
+    /// After a batch is decided, before its events go to the launches:
+    /// logins seen at exec, the startup recording, launches observed.
+    /// `launched` are the profiles of the launches this batch began, with
+    /// their first process.
+    pub(super) fn after_batch(
+        &mut self,
+        buf: &[Event],
+        launched: &[(String, u32)],
+        learners: &Learners,
+        drops: u64,
+        log: &mut dyn Write,
+    ) {
+        if self.startup.enabled {
+            for ev in buf {
+                if let Event::Exec { tgid, .. } = ev {
+                    let session = if self.startup.login {
+                        login_session(&self.proc_root, &self.run_root, *tgid)
+                    } else {
+                        None
+                    };
+                    let now = self.now_ms();
+                    let t = self.window.feed(now, Input::Exec { session });
+                    self.transitions(t, learners, drops, log);
+                }
+            }
+        }
+        if let Some(r) = &mut self.rec {
+            r.take(buf);
+        }
+        for (profile, tgid) in launched {
+            self.on_launch(profile, *tgid, learners);
+        }
+    }
+
+    fn on_launch(&mut self, profile: &str, tgid: u32, learners: &Learners) {
+        let Some(history) = &self.history else {
+            return;
+        };
+        let session = login_session(&self.proc_root, &self.run_root, tgid).unwrap_or(0);
+        let event = HistEvent::Launch(Launch {
+            profile: profile.to_string(),
+            at_ms: crate::store::now_ms(),
+            session,
+        });
+        self.predictor.observe(&event);
+        let resident = self.preloader.last_resident_fraction(profile);
+        if let Some(o) = self.preloader.on_launch(profile, resident.unwrap_or(0.0)) {
+            self.predictor.preload_outcome(&o.profile, o.used);
+        }
+        append(history, event, learners);
+        self.status.history_events += 1;
+    }
+
+    /// Closes a window whose time is up; the wait until the next deadline.
+    /// `busy`: a launch or an early replay is being served.
+    pub(super) fn tick(
+        &mut self,
+        busy: bool,
+        learners: &Learners,
+        drops: u64,
+        forgotten: Vec<String>,
+        log: &mut dyn Write,
+    ) -> Option<Duration> {
+        self.launch.store(busy, Ordering::Relaxed);
+        for name in forgotten {
+            self.preloader.forget(&name);
+            self.predictor.forget(&name);
+        }
+        let now = self.now_ms();
+        if let Some(t) = self.window.tick(now) {
+            self.transitions(vec![t], learners, drops, log);
+        }
+        if self.replay.as_ref().is_some_and(ReplayHandle::is_finished) {
+            self.replay = None;
+        }
+        let due = self.last_tick.is_none_or(|t| t.elapsed() >= PRELOAD_TICK);
+        if !busy && due && self.history.is_some() {
+            self.last_tick = Some(Instant::now());
+            self.preload(now, log);
+        }
+        self.publish();
+        self.window
+            .deadline()
+            .map(|d| Duration::from_millis(d.saturating_sub(self.now_ms())))
+    }
+
+    fn preload(&mut self, now: u64, log: &mut dyn Write) {
+        let ranking = self.predictor.rank();
+        if !self.preloader.config().enabled {
+            // Predictions are still shown.
+            self.status.predictions = ranking
+                .iter()
+                .take(self.preloader.config().top)
+                .map(|c| PredictionStatus {
+                    profile: c.profile.clone(),
+                    score: c.score,
+                    resident: None,
+                    preloaded: false,
+                })
+                .collect();
+            return;
+        }
+        for a in self.preloader.tick(now, &ranking, self.os.as_mut()) {
+            match &a {
+                Action::Unused { profile, .. } => self.predictor.preload_outcome(profile, false),
+                Action::Started {
+                    profile,
+                    bytes,
+                    again,
+                } => {
+                    let again = if *again { " again" } else { "" };
+                    let _ = writeln!(
+                        log,
+                        "warmstart daemon: preloading {profile}{again} ({} KiB)",
+                        bytes >> 10
+                    );
+                }
+                Action::Failed { profile, error } => {
+                    let _ = writeln!(log, "warmstart daemon: cannot preload {profile}: {error}");
+                }
+                Action::Cancelled { .. } => {}
+            }
+        }
+        let s = self.preloader.stats();
+        self.status.predictions = s
+            .predictions
+            .iter()
+            .map(|p| PredictionStatus {
+                profile: p.profile.clone(),
+                score: p.score,
+                resident: p.resident,
+                preloaded: p.preloaded,
+            })
+            .collect();
+    }
+
+    fn publish(&mut self) {
+        let s = self.preloader.stats();
+        let st = &mut self.status;
+        st.startup_window = self.window.open().map(|(k, _)| kind_name(k).to_string());
+        st.preload_state = if self.preloader.config().enabled {
+            serde_json::to_value(&s.state)
+                .ok()
+                .and_then(|v| v.as_str().map(String::from))
+                .unwrap_or_default()
+        } else {
+            serde_json::to_value(State::Disabled)
+                .ok()
+                .and_then(|v| v.as_str().map(String::from))
+                .unwrap_or_default()
+        };
+        st.preloads = s.preloads;
+        st.rereads = s.rereads;
+        st.bytes_preloaded = s.bytes_preloaded;
+        st.bytes_used = s.bytes_used;
+        st.precision = s.precision;
+        st.preloads_used = s.used;
+        st.preloads_unused = s.unused;
+        st.held_bytes = s.held_bytes;
+        st.budget_bytes = s.budget_bytes;
+    }
+
+    fn transitions(
+        &mut self,
+        ts: Vec<Transition>,
+        learners: &Learners,
+        drops: u64,
+        log: &mut dyn Write,
+    ) {
+        for t in ts {
+            match t {
+                Transition::Opened { kind, session, .. } => {
+                    self.opened(kind, session, learners, log)
+                }
+                Transition::Closed { kind, .. } => self.closed(kind, learners, drops),
+            }
+        }
+    }
+
+    /// A startup began: its plan replayed at once, its reads recorded.
+    fn opened(
+        &mut self,
+        kind: StartupKind,
+        session: u32,
+        learners: &Learners,
+        log: &mut dyn Write,
+    ) {
+        let loaded = self.startups.plan(kind, &self.compile);
+        for w in &loaded.warnings {
+            let _ = writeln!(log, "warmstart daemon: {w}");
+        }
+        if let Some(plan) = loaded.plan {
+            let proc_root = self.proc_root.clone();
+            match replay_startup(Arc::new(plan), &self.startup, || mem_available(&proc_root)) {
+                Ok(h) => {
+                    let _ = writeln!(
+                        log,
+                        "warmstart daemon: {} startup: replaying its plan ({} KiB)",
+                        kind_name(kind),
+                        h.bytes >> 10
+                    );
+                    self.status.startup_replays += 1;
+                    // A login superseding a boot: the boot's replay is
+                    // stopped (dropping its handle), the login's goes on.
+                    self.replay = Some(h);
+                }
+                Err(e) => {
+                    let _ = writeln!(log, "warmstart daemon: startup replay: {e}");
+                }
+            }
+        }
+        self.rec = Some(StartupRecording::new(kind, session));
+        if let Some(history) = &self.history {
+            let event = HistEvent::Startup(Startup {
+                kind,
+                at_ms: crate::store::now_ms(),
+                session,
+            });
+            self.predictor.observe(&event);
+            append(history, event, learners);
+            self.status.history_events += 1;
+        }
+    }
+
+    /// A startup ended: its trace named, kept and compiled on the pool.
+    fn closed(&mut self, kind: StartupKind, learners: &Learners, drops: u64) {
+        let Some(rec) = self.rec.take() else {
+            return;
+        };
+        self.untrack.extend(rec.processes().iter().copied());
+        let (store, opts) = (self.startups.clone(), self.compile.clone());
+        self.status.startups_recorded += 1;
+        learners.submit(move || {
+            let trace = rec.finish(drops);
+            let mut err = std::io::stderr();
+            match store.add(kind, &trace, &opts) {
+                Ok(out) => {
+                    for w in &out.warnings {
+                        let _ = writeln!(err, "warmstart daemon: {w}");
+                    }
+                }
+                Err(e) => {
+                    let _ = writeln!(err, "warmstart daemon: startup plan: {e}");
+                }
+            }
+        });
+    }
+}
+
+/// Appends a launch to the history file on the pool (the file is rewritten
+/// whole, atomically: not on the event loop).
+fn append(history: &Arc<Mutex<HistoryFile>>, event: HistEvent, learners: &Learners) {
+    let history = Arc::clone(history);
+    learners.submit(move || {
+        let mut h = history.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(e) = h.append(event) {
+            let _ = writeln!(std::io::stderr(), "warmstart daemon: {e}");
+        }
+    });
+}
+
+fn kind_name(kind: StartupKind) -> &'static str {
+    match kind {
+        StartupKind::Boot => "boot",
+        StartupKind::Login => "login",
+    }
+}
+
+/// The system of a preloader that never runs.
+pub(super) struct NoOs;
+
+impl PreloadOs for NoOs {
+    fn memory(&mut self) -> Option<warmstart_replay::MemInfo> {
+        None
+    }
+    fn memory_pressure(&mut self) -> Option<f64> {
+        None
+    }
+    fn disk_busy(&mut self) -> bool {
+        true
+    }
+    fn launch_in_progress(&self) -> bool {
+        true
+    }
+    fn residency(&mut self, _: &str) -> Option<crate::preload::PlanResidency> {
+        None
+    }
+    fn start_preload(&mut self, profile: &str) -> Result<(), String> {
+        Err(format!("{profile}: preloading is off"))
+    }
+    fn preload_running(&mut self) -> Option<String> {
+        None
+    }
+    fn cancel_preload(&mut self) {}
+}
