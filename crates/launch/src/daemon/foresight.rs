@@ -49,12 +49,14 @@ pub(super) struct Foresight {
     compile: CompileOptions,
     /// `None` with `predict_launches = false`.
     history: Option<Arc<Mutex<HistoryFile>>>,
-    predictor: Predictor,
-    preloader: Preloader,
+    pub(super) predictor: Predictor,
+    pub(super) preloader: Preloader,
     os: Box<dyn PreloadOs + Send>,
     /// Set while the daemon serves a launch: the preloader stays out.
     launch: Arc<AtomicBool>,
     last_tick: Option<Instant>,
+    /// How often the preloader runs while idle ([`PRELOAD_TICK`]).
+    pub(super) preload_every: Duration,
     /// Processes a closed startup window saw: untracked by the loop unless
     /// a launch it follows holds them.
     untrack: Vec<u32>,
@@ -129,6 +131,7 @@ impl Foresight {
             os,
             launch,
             last_tick: None,
+            preload_every: PRELOAD_TICK,
             untrack: Vec::new(),
             status,
         }
@@ -243,7 +246,9 @@ impl Foresight {
         if self.replay.as_ref().is_some_and(ReplayHandle::is_finished) {
             self.replay = None;
         }
-        let due = self.last_tick.is_none_or(|t| t.elapsed() >= PRELOAD_TICK);
+        let due = self
+            .last_tick
+            .is_none_or(|t| t.elapsed() >= self.preload_every);
         if !busy && due && self.history.is_some() {
             self.last_tick = Some(Instant::now());
             self.preload(now, log);
