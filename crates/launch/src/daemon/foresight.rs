@@ -12,7 +12,8 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::mpsc::{channel, Receiver, Sender, SyncSender};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use warmstart_bpf::Event;
@@ -47,8 +48,8 @@ pub(super) struct Foresight {
     replay: Option<ReplayHandle>,
     startups: StartupStore,
     compile: CompileOptions,
-    /// `None` with `predict_launches = false`.
-    history: Option<Arc<Mutex<HistoryFile>>>,
+    /// The history writer's queue; `None` with `predict_launches = false`.
+    history: Option<Sender<HistoryWrite>>,
     pub(super) predictor: Predictor,
     pub(super) preloader: Preloader,
     os: Box<dyn PreloadOs + Send>,
@@ -115,6 +116,19 @@ impl Foresight {
         if let Some(h) = &history {
             status.history_events = h.history().len();
         }
+        let history = history.and_then(|h| {
+            let (tx, rx) = channel();
+            match std::thread::Builder::new()
+                .name("ws-history".into())
+                .spawn(move || write_history(h, rx))
+            {
+                Ok(_) => Some(tx),
+                Err(e) => {
+                    let _ = writeln!(log, "warmstart daemon: launch history not kept: {e}");
+                    None
+                }
+            }
+        });
         Foresight {
             proc_root: proc_root.to_path_buf(),
             run_root: run_root.to_path_buf(),
@@ -125,7 +139,7 @@ impl Foresight {
             replay: None,
             startups: StartupStore::new(&dcfg.state_dir, &dcfg.startup),
             compile,
-            history: history.map(|h| Arc::new(Mutex::new(h))),
+            history,
             predictor,
             preloader: Preloader::new(preload),
             os,
@@ -201,11 +215,22 @@ impl Foresight {
             r.take(buf);
         }
         for (profile, tgid) in launched {
-            self.on_launch(profile, *tgid, learners);
+            self.on_launch(profile, *tgid);
         }
     }
 
-    fn on_launch(&mut self, profile: &str, tgid: u32, learners: &Learners) {
+    /// Waits until the history writer has saved what was sent to it.
+    #[cfg(test)]
+    pub(super) fn flush_history(&self) {
+        if let Some(h) = &self.history {
+            let (tx, rx) = std::sync::mpsc::sync_channel(1);
+            if h.send(HistoryWrite::Flush(tx)).is_ok() {
+                let _ = rx.recv();
+            }
+        }
+    }
+
+    fn on_launch(&mut self, profile: &str, tgid: u32) {
         let Some(history) = &self.history else {
             return;
         };
@@ -220,7 +245,7 @@ impl Foresight {
         if let Some(o) = self.preloader.on_launch(profile, resident.unwrap_or(0.0)) {
             self.predictor.preload_outcome(&o.profile, o.used);
         }
-        append(history, event, learners);
+        let _ = history.send(HistoryWrite::Event(event));
         self.status.history_events += 1;
     }
 
@@ -344,22 +369,14 @@ impl Foresight {
     ) {
         for t in ts {
             match t {
-                Transition::Opened { kind, session, .. } => {
-                    self.opened(kind, session, learners, log)
-                }
+                Transition::Opened { kind, session, .. } => self.opened(kind, session, log),
                 Transition::Closed { kind, .. } => self.closed(kind, learners, drops),
             }
         }
     }
 
     /// A startup began: its plan replayed at once, its reads recorded.
-    fn opened(
-        &mut self,
-        kind: StartupKind,
-        session: u32,
-        learners: &Learners,
-        log: &mut dyn Write,
-    ) {
+    fn opened(&mut self, kind: StartupKind, session: u32, log: &mut dyn Write) {
         let loaded = self.startups.plan(kind, &self.compile);
         for w in &loaded.warnings {
             let _ = writeln!(log, "warmstart daemon: {w}");
@@ -392,7 +409,7 @@ impl Foresight {
                 session,
             });
             self.predictor.observe(&event);
-            append(history, event, learners);
+            let _ = history.send(HistoryWrite::Event(event));
             self.status.history_events += 1;
         }
     }
@@ -422,16 +439,36 @@ impl Foresight {
     }
 }
 
-/// Appends a launch to the history file on the pool (the file is rewritten
-/// whole, atomically: not on the event loop).
-fn append(history: &Arc<Mutex<HistoryFile>>, event: HistEvent, learners: &Learners) {
-    let history = Arc::clone(history);
-    learners.submit(move || {
-        let mut h = history.lock().unwrap_or_else(|e| e.into_inner());
-        if let Err(e) = h.append(event) {
-            let _ = writeln!(std::io::stderr(), "warmstart daemon: {e}");
+/// What the history writer is sent.
+enum HistoryWrite {
+    Event(HistEvent),
+    /// Answered once everything sent before is saved (tests wait so).
+    #[cfg_attr(not(test), allow(dead_code))]
+    Flush(SyncSender<()>),
+}
+
+/// The history writer: the file is rewritten whole and atomically at each
+/// save, so events arriving together (a login starting many programs) are
+/// saved once, and never on the event loop. It ends, after a last save,
+/// when the daemon drops its queue.
+fn write_history(mut file: HistoryFile, rx: Receiver<HistoryWrite>) {
+    let mut flushes = Vec::new();
+    while let Ok(first) = rx.recv() {
+        for w in std::iter::once(first).chain(rx.try_iter()) {
+            match w {
+                HistoryWrite::Event(e) => file.push(e),
+                HistoryWrite::Flush(done) => flushes.push(done),
+            }
         }
-    });
+        if file.unsaved() > 0 {
+            if let Err(e) = file.save() {
+                let _ = writeln!(std::io::stderr(), "warmstart daemon: {e}");
+            }
+        }
+        for done in flushes.drain(..) {
+            let _ = done.send(());
+        }
+    }
 }
 
 fn kind_name(kind: StartupKind) -> &'static str {

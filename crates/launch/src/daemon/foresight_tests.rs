@@ -82,6 +82,8 @@ fn fake_proc(dir: &Path, uptime_s: f64) -> std::path::PathBuf {
 /// Gives the harness's loop a foresight over a fake `/proc` (booted
 /// `uptime_s` ago) and the fake system; tells it the daemon started.
 fn attach(h: &mut Harness, uptime_s: f64) -> Arc<Mutex<Asked>> {
+    // The daemon before this one has saved its history.
+    h.lp.foresight.flush_history();
     let proc_root = fake_proc(h.dir.path(), uptime_s);
     let launch = Arc::new(AtomicBool::new(false));
     let asked = Arc::new(Mutex::new(Asked::default()));
@@ -163,7 +165,7 @@ fn a_launch_is_kept_in_the_history_and_ranked() {
     attach(&mut h, 3600.0);
     let data = h.data_file("lib.so", 256);
     let pid = h.launch(Path::new(SLEEP), &["sleep", "600"], &data, 16, true);
-    h.lp.learners.wait_idle();
+    h.lp.foresight.flush_history();
     let name = profile_name(&["sleep".into(), "600".into()]);
     let (file, warning) = HistoryFile::load(&h.lp.dcfg.state_dir, DEFAULT_CAPACITY);
     assert_eq!(warning, None);
