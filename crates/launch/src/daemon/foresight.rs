@@ -249,14 +249,19 @@ impl Foresight {
         self.status.history_events += 1;
     }
 
-    /// Closes a window whose time is up; the wait until the next deadline.
-    /// `busy`: a launch or an early replay is being served.
+    /// Closes a window whose time is up, and preloads every
+    /// [`PRELOAD_TICK`] while idle; the wait until the window's deadline.
+    /// `busy`: a launch or an early replay is being served. `calm` is
+    /// called before a preload may start a thread: threads must not
+    /// inherit the event loop's real-time priority.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn tick(
         &mut self,
         busy: bool,
         learners: &Learners,
         drops: u64,
         forgotten: Vec<String>,
+        calm: &mut dyn FnMut(),
         log: &mut dyn Write,
     ) -> Option<Duration> {
         self.launch.store(busy, Ordering::Relaxed);
@@ -276,6 +281,7 @@ impl Foresight {
             .is_none_or(|t| t.elapsed() >= self.preload_every);
         if !busy && due && self.history.is_some() {
             self.last_tick = Some(Instant::now());
+            calm();
             self.preload(now, log);
         }
         self.publish();
@@ -338,17 +344,14 @@ impl Foresight {
         let s = self.preloader.stats();
         let st = &mut self.status;
         st.startup_window = self.window.open().map(|(k, _)| kind_name(k).to_string());
-        st.preload_state = if self.preloader.config().enabled {
-            serde_json::to_value(&s.state)
-                .ok()
-                .and_then(|v| v.as_str().map(String::from))
-                .unwrap_or_default()
+        let state = if self.preloader.config().enabled {
+            state_name(&s.state)
         } else {
-            serde_json::to_value(State::Disabled)
-                .ok()
-                .and_then(|v| v.as_str().map(String::from))
-                .unwrap_or_default()
+            state_name(&State::Disabled)
         };
+        if st.preload_state != state {
+            st.preload_state = state.to_string();
+        }
         st.preloads = s.preloads;
         st.rereads = s.rereads;
         st.bytes_preloaded = s.bytes_preloaded;
@@ -468,6 +471,20 @@ fn write_history(mut file: HistoryFile, rx: Receiver<HistoryWrite>) {
         for done in flushes.drain(..) {
             let _ = done.send(());
         }
+    }
+}
+
+/// As `status --json` and the preloader's own serialization say it.
+pub(super) fn state_name(state: &State) -> &'static str {
+    match state {
+        State::Disabled => "disabled",
+        State::Idle => "idle",
+        State::LaunchInProgress => "launch_in_progress",
+        State::MemoryPressure => "memory_pressure",
+        State::DiskBusy => "disk_busy",
+        State::LowMemory => "low_memory",
+        State::OverBudget => "over_budget",
+        State::Preloading => "preloading",
     }
 }
 

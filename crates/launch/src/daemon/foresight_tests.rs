@@ -259,3 +259,24 @@ fn config_keys_switch_prediction_and_preloading_off() {
     assert!(!HistoryFile::path_in(&h.lp.dcfg.state_dir).exists());
     assert!(h.lp.status.foresight.predictions.is_empty());
 }
+
+#[test]
+fn state_names_are_the_preloaders_own() {
+    use crate::preload::State;
+    for s in [
+        State::Disabled,
+        State::Idle,
+        State::LaunchInProgress,
+        State::MemoryPressure,
+        State::DiskBusy,
+        State::LowMemory,
+        State::OverBudget,
+        State::Preloading,
+    ] {
+        let json = serde_json::to_value(&s).unwrap();
+        assert_eq!(
+            json.as_str(),
+            Some(crate::daemon::foresight::state_name(&s))
+        );
+    }
+}
