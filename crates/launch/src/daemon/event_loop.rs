@@ -216,13 +216,11 @@ impl<S: EventSource> Loop<S> {
         self.finish_done();
         let busy = !self.sessions.is_empty() || !self.early.is_empty();
         let forgotten = std::mem::take(&mut *self.shared.forgotten());
-        let rt = &mut self.rt;
         self.wake = self.foresight.tick(
             busy,
             &self.learners,
             drops,
             forgotten,
-            &mut || rt.set(false),
             &mut std::io::stderr(),
         );
         for tgid in self.foresight.take_untrack() {

@@ -13,7 +13,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender, SyncSender};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use warmstart_bpf::Event;
@@ -21,10 +21,11 @@ use warmstart_plan::CompileOptions;
 use warmstart_predict::{Event as HistEvent, Launch, Predictor, Startup};
 
 use super::config::DaemonConfig;
-use super::control::{ForesightStatus, PredictionStatus};
+use super::control::ForesightStatus;
+use super::idle::{lock, IdlePreloader, NoOs};
 use super::learn::Learners;
 use crate::history::{HistoryFile, DEFAULT_CAPACITY};
-use crate::preload::{Action, PreloadOs, Preloader, State};
+use crate::preload::{PreloadOs, Preloader};
 use crate::startup::{
     known_sessions, login_session, mem_available, replay_startup, uptime_ms, Input, ReplayHandle,
     StartupConfig, StartupKind, StartupRecording, StartupStore, StartupWindow, Transition,
@@ -50,14 +51,12 @@ pub(super) struct Foresight {
     compile: CompileOptions,
     /// The history writer's queue; `None` with `predict_launches = false`.
     history: Option<Sender<HistoryWrite>>,
-    pub(super) predictor: Predictor,
-    pub(super) preloader: Preloader,
-    os: Box<dyn PreloadOs + Send>,
+    /// Shared with the preloader's thread; locked for pure work only.
+    pub(super) predictor: Arc<Mutex<Predictor>>,
+    /// `None` with `predict_launches = false`.
+    idle: Option<IdlePreloader>,
     /// Set while the daemon serves a launch: the preloader stays out.
     launch: Arc<AtomicBool>,
-    last_tick: Option<Instant>,
-    /// How often the preloader runs while idle ([`PRELOAD_TICK`]).
-    pub(super) preload_every: Duration,
     /// Processes a closed startup window saw: untracked by the loop unless
     /// a launch it follows holds them.
     untrack: Vec<u32>,
@@ -79,12 +78,16 @@ impl Foresight {
             Path::new("/run"),
             Box::new(NoOs),
             Arc::new(AtomicBool::new(false)),
+            PRELOAD_TICK,
             &mut std::io::sink(),
         )
     }
 
     /// Loads the launch history (a damaged one is rebuilt with a warning)
-    /// and builds the predictor from it. `launch` is the flag `os` reads.
+    /// and builds the predictor from it, and starts the preloader's thread,
+    /// which looks at the system every `preload_every` while idle.
+    /// `launch` is the flag `os` reads.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
         dcfg: &DaemonConfig,
         compile: CompileOptions,
@@ -92,6 +95,7 @@ impl Foresight {
         run_root: &Path,
         os: Box<dyn PreloadOs + Send>,
         launch: Arc<AtomicBool>,
+        preload_every: Duration,
         log: &mut dyn Write,
     ) -> Foresight {
         let history = dcfg.predict_launches.then(|| {
@@ -112,6 +116,24 @@ impl Foresight {
         if dcfg.startup.enabled {
             window.seed_sessions(known_sessions(proc_root));
         }
+        let predictor = Arc::new(Mutex::new(predictor));
+        let idle = if dcfg.predict_launches {
+            match IdlePreloader::start(
+                Preloader::new(preload),
+                os,
+                Arc::clone(&predictor),
+                Arc::clone(&launch),
+                preload_every,
+            ) {
+                Ok(i) => Some(i),
+                Err(e) => {
+                    let _ = writeln!(log, "warmstart daemon: no preloading: {e}");
+                    None
+                }
+            }
+        } else {
+            None
+        };
         let mut status = ForesightStatus::default();
         if let Some(h) = &history {
             status.history_events = h.history().len();
@@ -141,11 +163,8 @@ impl Foresight {
             compile,
             history,
             predictor,
-            preloader: Preloader::new(preload),
-            os,
+            idle,
             launch,
-            last_tick: None,
-            preload_every: PRELOAD_TICK,
             untrack: Vec::new(),
             status,
         }
@@ -182,7 +201,9 @@ impl Foresight {
     /// with it, from now on.
     pub(super) fn launch_begins(&mut self) {
         self.launch.store(true, Ordering::Relaxed);
-        self.os.cancel_preload();
+        if let Some(i) = &self.idle {
+            i.launch_begins();
+        }
     }
 
     /// After a batch is decided, before its events go to the launches:
@@ -240,34 +261,30 @@ impl Foresight {
             at_ms: crate::store::now_ms(),
             session,
         });
-        self.predictor.observe(&event);
-        let resident = self.preloader.last_resident_fraction(profile);
-        if let Some(o) = self.preloader.on_launch(profile, resident.unwrap_or(0.0)) {
-            self.predictor.preload_outcome(&o.profile, o.used);
+        lock(&self.predictor).observe(&event);
+        if let Some(i) = &self.idle {
+            i.launched(profile);
         }
         let _ = history.send(HistoryWrite::Event(event));
         self.status.history_events += 1;
     }
 
-    /// Closes a window whose time is up, and preloads every
-    /// [`PRELOAD_TICK`] while idle; the wait until the window's deadline.
-    /// `busy`: a launch or an early replay is being served. `calm` is
-    /// called before a preload may start a thread: threads must not
-    /// inherit the event loop's real-time priority.
-    #[allow(clippy::too_many_arguments)]
+    /// Closes a window whose time is up; the wait until its deadline.
+    /// `busy`: a launch or an early replay is being served.
     pub(super) fn tick(
         &mut self,
         busy: bool,
         learners: &Learners,
         drops: u64,
         forgotten: Vec<String>,
-        calm: &mut dyn FnMut(),
         log: &mut dyn Write,
     ) -> Option<Duration> {
         self.launch.store(busy, Ordering::Relaxed);
         for name in forgotten {
-            self.preloader.forget(&name);
-            self.predictor.forget(&name);
+            lock(&self.predictor).forget(&name);
+            if let Some(i) = &self.idle {
+                i.forget(&name);
+            }
         }
         let now = self.now_ms();
         if let Some(t) = self.window.tick(now) {
@@ -276,91 +293,13 @@ impl Foresight {
         if self.replay.as_ref().is_some_and(ReplayHandle::is_finished) {
             self.replay = None;
         }
-        let due = self
-            .last_tick
-            .is_none_or(|t| t.elapsed() >= self.preload_every);
-        if !busy && due && self.history.is_some() {
-            self.last_tick = Some(Instant::now());
-            calm();
-            self.preload(now, log);
+        self.status.startup_window = self.window.open().map(|(k, _)| kind_name(k).to_string());
+        if let Some(i) = &self.idle {
+            i.publish(&mut self.status, busy);
         }
-        self.publish();
         self.window
             .deadline()
             .map(|d| Duration::from_millis(d.saturating_sub(self.now_ms())))
-    }
-
-    fn preload(&mut self, now: u64, log: &mut dyn Write) {
-        let ranking = self.predictor.rank();
-        if !self.preloader.config().enabled {
-            // Predictions are still shown.
-            self.status.predictions = ranking
-                .iter()
-                .take(self.preloader.config().top)
-                .map(|c| PredictionStatus {
-                    profile: c.profile.clone(),
-                    score: c.score,
-                    resident: None,
-                    preloaded: false,
-                })
-                .collect();
-            return;
-        }
-        for a in self.preloader.tick(now, &ranking, self.os.as_mut()) {
-            match &a {
-                Action::Unused { profile, .. } => self.predictor.preload_outcome(profile, false),
-                Action::Started {
-                    profile,
-                    bytes,
-                    again,
-                } => {
-                    let again = if *again { " again" } else { "" };
-                    let _ = writeln!(
-                        log,
-                        "warmstart daemon: preloading {profile}{again} ({} KiB)",
-                        bytes >> 10
-                    );
-                }
-                Action::Failed { profile, error } => {
-                    let _ = writeln!(log, "warmstart daemon: cannot preload {profile}: {error}");
-                }
-                Action::Cancelled { .. } => {}
-            }
-        }
-        let s = self.preloader.stats();
-        self.status.predictions = s
-            .predictions
-            .iter()
-            .map(|p| PredictionStatus {
-                profile: p.profile.clone(),
-                score: p.score,
-                resident: p.resident,
-                preloaded: p.preloaded,
-            })
-            .collect();
-    }
-
-    fn publish(&mut self) {
-        let s = self.preloader.stats();
-        let st = &mut self.status;
-        st.startup_window = self.window.open().map(|(k, _)| kind_name(k).to_string());
-        let state = if self.preloader.config().enabled {
-            state_name(&s.state)
-        } else {
-            state_name(&State::Disabled)
-        };
-        if st.preload_state != state {
-            st.preload_state = state.to_string();
-        }
-        st.preloads = s.preloads;
-        st.rereads = s.rereads;
-        st.bytes_preloaded = s.bytes_preloaded;
-        st.bytes_used = s.bytes_used;
-        st.precision = s.precision;
-        st.preloads_used = s.used;
-        st.preloads_unused = s.unused;
-        st.held_bytes = s.held_bytes;
-        st.budget_bytes = s.budget_bytes;
     }
 
     fn transitions(
@@ -411,7 +350,7 @@ impl Foresight {
                 at_ms: crate::store::now_ms(),
                 session,
             });
-            self.predictor.observe(&event);
+            lock(&self.predictor).observe(&event);
             let _ = history.send(HistoryWrite::Event(event));
             self.status.history_events += 1;
         }
@@ -474,51 +413,9 @@ fn write_history(mut file: HistoryFile, rx: Receiver<HistoryWrite>) {
     }
 }
 
-/// As `status --json` and the preloader's own serialization say it.
-pub(super) fn state_name(state: &State) -> &'static str {
-    match state {
-        State::Disabled => "disabled",
-        State::Idle => "idle",
-        State::LaunchInProgress => "launch_in_progress",
-        State::MemoryPressure => "memory_pressure",
-        State::DiskBusy => "disk_busy",
-        State::LowMemory => "low_memory",
-        State::OverBudget => "over_budget",
-        State::Preloading => "preloading",
-    }
-}
-
 fn kind_name(kind: StartupKind) -> &'static str {
     match kind {
         StartupKind::Boot => "boot",
         StartupKind::Login => "login",
     }
-}
-
-/// The system of a preloader that never runs.
-pub(super) struct NoOs;
-
-impl PreloadOs for NoOs {
-    fn memory(&mut self) -> Option<warmstart_replay::MemInfo> {
-        None
-    }
-    fn memory_pressure(&mut self) -> Option<f64> {
-        None
-    }
-    fn disk_busy(&mut self) -> bool {
-        true
-    }
-    fn launch_in_progress(&self) -> bool {
-        true
-    }
-    fn residency(&mut self, _: &str) -> Option<crate::preload::PlanResidency> {
-        None
-    }
-    fn start_preload(&mut self, profile: &str) -> Result<(), String> {
-        Err(format!("{profile}: preloading is off"))
-    }
-    fn preload_running(&mut self) -> Option<String> {
-        None
-    }
-    fn cancel_preload(&mut self) {}
 }

@@ -26,6 +26,7 @@ mod control;
 mod event_loop;
 mod follow;
 mod foresight;
+mod idle;
 mod learn;
 mod policy;
 mod tuning;
@@ -47,7 +48,8 @@ pub use policy::{missing_script, policy_path};
 use cache::{check_cache, load_cache, Cache};
 use control::{bind_root_only, load_learn_list, lock_exclusive, lock_path, serve, socket_ino};
 use event_loop::Loop;
-use foresight::{Foresight, NoOs};
+use foresight::{Foresight, PRELOAD_TICK};
+use idle::NoOs;
 use learn::Learners;
 use policy::Trivial;
 use tuning::{lock_own_code, Realtime};
@@ -146,6 +148,7 @@ fn foresight(
         std::path::Path::new("/run"),
         os,
         launch,
+        PRELOAD_TICK,
         log,
     )
 }
