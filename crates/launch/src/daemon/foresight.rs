@@ -2,12 +2,13 @@
 //! preloading, fed by the event loop.
 //!
 //! The event loop tells this part what happened (the daemon started, a
-//! batch of events, a launch decided, a profile forgotten) and when it is
-//! idle; everything that reads or writes the state directory (a startup
-//! trace named and compiled, the history appended) runs on the learners'
-//! pool, so an exec is never kept waiting behind it. Each part is switched
-//! by config.toml: `[startup] enabled`, `predict_launches`, `[preload]
-//! enabled`.
+//! batch of events, a launch decided, a profile forgotten); nothing here
+//! waits on the disk on the loop's behalf except reading a startup plan
+//! when a startup begins. A startup trace is named, kept and compiled on
+//! the learners' pool; the history is written by a thread of its own;
+//! the preloader runs on its own thread (see `idle`). Each part is
+//! switched by config.toml: `[startup] enabled`, `predict_launches`,
+//! `[preload] enabled`.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

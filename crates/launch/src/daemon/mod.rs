@@ -17,8 +17,9 @@
 //! `cache` (profiles and plans in memory), `follow` (deciding a launch
 //! and starting its replay), `learn` (finishing a launch on a bounded
 //! pool), `event_loop` (events in, decisions out, behind an
-//! `EventSource` a test can fake) and `tuning` (real-time waits, locked
-//! code, replay thread placement).
+//! `EventSource` a test can fake), `tuning` (real-time waits, locked
+//! code, replay thread placement), `foresight` (startup plans, the launch
+//! history and its predictor) and `idle` (the idle preloader's thread).
 
 mod cache;
 mod config;
