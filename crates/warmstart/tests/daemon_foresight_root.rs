@@ -1,0 +1,169 @@
+//! `warmstart daemon` reading before the launch (root): a program with a
+//! plan whose pages left the page cache is read again while the machine
+//! idles, the next launch finds it preloaded, and `status` says so.
+
+mod util;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use util::*;
+
+fn wait_for(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !ok() {
+        assert!(t.elapsed() < timeout, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn json(p: &Path) -> serde_json::Value {
+    std::fs::read(p)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or(serde_json::Value::Null)
+}
+
+fn profile(state: &Path, prefix: &str) -> serde_json::Value {
+    std::fs::read_dir(state.join("profiles"))
+        .ok()
+        .and_then(|d| {
+            d.flatten().map(|e| e.path()).find(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with(prefix))
+            })
+        })
+        .map(|d| json(&d.join("profile.json")))
+        .unwrap_or(serde_json::Value::Null)
+}
+
+fn drop_caches() {
+    run_ok(&mut Command::new("sync"));
+    std::fs::write("/proc/sys/vm/drop_caches", "3").unwrap();
+}
+
+/// The daemon's `foresight` status.
+fn foresight(socket: &Path) -> serde_json::Value {
+    let out = run(Command::new(warmstart())
+        .arg("status")
+        .arg("--socket")
+        .arg(socket)
+        .arg("--json"));
+    serde_json::from_slice::<serde_json::Value>(&out.stdout)
+        .map(|v| v["daemon"]["foresight"].clone())
+        .unwrap_or(serde_json::Value::Null)
+}
+
+#[test]
+fn root_daemon_preloads_an_evicted_program_while_idle() {
+    if !require_root("root_daemon_preloads_an_evicted_program_while_idle") {
+        return;
+    }
+    let fs = LoopFs::new("ext4", 96);
+    run_ok(Command::new(fixture()).arg("gen").arg(&fs.mnt));
+    let work = tempfile::tempdir().unwrap();
+    let fx = work.path().join("ws-preload-fixture");
+    std::fs::copy(fixture(), &fx).unwrap();
+    // Pressure thresholds out of the way: other work on a shared test
+    // machine must not keep the disk "busy" for the whole test.
+    let config = work.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "learn = \"allow-list\"\nallow = [\"{}/*\"]\nskip_services = false\n\
+             min_launch_kib = 64\nidle_s = 2.0\n[startup]\nenabled = false\n\
+             [preload]\nio_pressure_max = 100.0\nmemory_pressure_max = 100.0\n",
+            work.path().display()
+        ),
+    )
+    .unwrap();
+    let (state, socket) = (work.path().join("state"), work.path().join("sock"));
+    let log = std::fs::File::create(work.path().join("daemon.log")).unwrap();
+    let daemon = Background::spawn(
+        Command::new(warmstart())
+            .arg("daemon")
+            .arg("--config")
+            .arg(&config)
+            .arg("--state-dir")
+            .arg(&state)
+            .arg("--socket")
+            .arg(&socket)
+            .stdout(Stdio::null())
+            .stderr(log),
+    );
+    wait_for("the daemon's socket", Duration::from_secs(20), || {
+        socket.exists()
+    });
+    let log_text = || std::fs::read_to_string(work.path().join("daemon.log")).unwrap_or_default();
+
+    // Learned until it has a plan.
+    for n in 1..=4u64 {
+        drop_caches();
+        run_ok(Command::new(&fx).arg("run").arg(&fs.mnt));
+        wait_for(
+            "the daemon to take the launch",
+            Duration::from_secs(20),
+            || profile(&state, "ws-preload-fixture")["launches"].as_u64() == Some(n),
+        );
+        if profile(&state, "ws-preload-fixture")["phase"] == "prefetching" {
+            break;
+        }
+    }
+    assert_eq!(
+        profile(&state, "ws-preload-fixture")["phase"],
+        "prefetching"
+    );
+
+    // Evicted while nothing runs: read again, and measured resident.
+    drop_caches();
+    wait_for("a preload", Duration::from_secs(30), || {
+        foresight(&socket)["preloads"].as_u64() >= Some(1)
+    });
+    wait_for(
+        "the preloaded plan resident",
+        Duration::from_secs(30),
+        || {
+            foresight(&socket)["predictions"][0]["resident"]
+                .as_f64()
+                .is_some_and(|r| r >= 0.9)
+        },
+    );
+    let f = foresight(&socket);
+    assert!(
+        f["predictions"][0]["profile"]
+            .as_str()
+            .is_some_and(|p| p.starts_with("ws-preload-fixture")),
+        "{f}"
+    );
+    assert!(f["budget_bytes"].as_u64() > Some(0), "{f}");
+    assert!(
+        log_text().contains("preloading ws-preload-fixture"),
+        "{}",
+        log_text()
+    );
+
+    // Its next launch used the preload.
+    run_ok(Command::new(&fx).arg("run").arg(&fs.mnt));
+    wait_for("the preload judged", Duration::from_secs(20), || {
+        foresight(&socket)["preloads_used"].as_u64() == Some(1)
+    });
+    let f = foresight(&socket);
+    assert!(f["precision"].as_f64().is_some_and(|p| p > 0.0), "{f}");
+    let history = std::fs::read_to_string(state.join("history.jsonl")).unwrap();
+    assert!(
+        history
+            .lines()
+            .filter(|l| l.contains("ws-preload-fixture"))
+            .count()
+            >= 3,
+        "{history}"
+    );
+
+    // No preload left holding the test file system's files.
+    wait_for("the preloader idle", Duration::from_secs(30), || {
+        foresight(&socket)["preload_state"] != "preloading"
+    });
+    drop(daemon);
+    std::thread::sleep(Duration::from_millis(500));
+}
