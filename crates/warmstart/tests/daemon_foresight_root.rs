@@ -1,6 +1,8 @@
 //! `warmstart daemon` reading before the launch (root): a program with a
 //! plan whose pages left the page cache is read again while the machine
-//! idles, the next launch finds it preloaded, and `status` says so.
+//! idles, the next launch finds it preloaded, and `status` says so; a
+//! daemon start counted as a boot records what the boot reads, and the
+//! third replays the plan of the first two.
 
 mod util;
 
@@ -166,4 +168,78 @@ fn root_daemon_preloads_an_evicted_program_while_idle() {
     });
     drop(daemon);
     std::thread::sleep(Duration::from_millis(500));
+}
+
+/// How many traces and whether a plan `state/startup/boot` holds.
+fn boot_startups(state: &Path) -> (usize, bool) {
+    let dir = state.join("startup").join("boot");
+    let traces = std::fs::read_dir(&dir)
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.path().extension().is_some_and(|x| x == "trace"))
+                .count()
+        })
+        .unwrap_or(0);
+    (traces, dir.join("plan").exists())
+}
+
+#[test]
+fn root_daemon_records_boots_and_replays_their_plan() {
+    if !require_root("root_daemon_records_boots_and_replays_their_plan") {
+        return;
+    }
+    let fs = LoopFs::new("ext4", 96);
+    run_ok(Command::new(fixture()).arg("gen").arg(&fs.mnt));
+    let work = tempfile::tempdir().unwrap();
+    // Every daemon start counts as a boot; a short window, capped, since
+    // other work on the machine keeps exec'ing.
+    let config = work.path().join("config.toml");
+    std::fs::write(
+        &config,
+        "learn = \"allow-list\"\nallow = [\"/nothing/*\"]\nskip_services = false\n\
+         [startup]\nboot_uptime_max_s = 1000000000.0\nquiet_s = 1.0\nmax_s = 3.0\n\
+         [preload]\nenabled = false\n",
+    )
+    .unwrap();
+    let (state, socket) = (work.path().join("state"), work.path().join("sock"));
+    let log_path = work.path().join("daemon.log");
+    for boot in 1..=3usize {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .unwrap();
+        let _ = std::fs::remove_file(&socket);
+        let daemon = Background::spawn(
+            Command::new(warmstart())
+                .arg("daemon")
+                .arg("--config")
+                .arg(&config)
+                .arg("--state-dir")
+                .arg(&state)
+                .arg("--socket")
+                .arg(&socket)
+                .stdout(Stdio::null())
+                .stderr(log),
+        );
+        wait_for("the daemon's socket", Duration::from_secs(20), || {
+            socket.exists()
+        });
+        // What this boot starts: a program the policy does not follow,
+        // reading the test file system cold.
+        drop_caches();
+        run_ok(Command::new(fixture()).arg("run").arg(&fs.mnt));
+        wait_for("the boot's trace", Duration::from_secs(30), || {
+            boot_startups(&state).0 == boot.min(4)
+        });
+        let (_, plan) = boot_startups(&state);
+        assert_eq!(plan, boot >= 2, "boot {boot}");
+        drop(daemon);
+    }
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    assert_eq!(
+        log.matches("boot startup: replaying its plan").count(),
+        1,
+        "the third boot replays the plan of the first two: {log}"
+    );
 }
