@@ -52,6 +52,9 @@ pub(super) struct Foresight {
     compile: CompileOptions,
     /// The history writer's queue; `None` with `predict_launches = false`.
     history: Option<Sender<HistoryWrite>>,
+    /// Joined when the daemon stops, so that a reload reads the history
+    /// the previous run saved last.
+    writer: Option<std::thread::JoinHandle<()>>,
     /// Shared with the preloader's thread; locked for pure work only.
     pub(super) predictor: Arc<Mutex<Predictor>>,
     /// `None` with `predict_launches = false`.
@@ -139,19 +142,20 @@ impl Foresight {
         if let Some(h) = &history {
             status.history_events = h.history().len();
         }
-        let history = history.and_then(|h| {
+        let (history, writer) = match history.map(|h| {
             let (tx, rx) = channel();
-            match std::thread::Builder::new()
+            let t = std::thread::Builder::new()
                 .name("ws-history".into())
-                .spawn(move || write_history(h, rx))
-            {
-                Ok(_) => Some(tx),
-                Err(e) => {
-                    let _ = writeln!(log, "warmstart daemon: launch history not kept: {e}");
-                    None
-                }
+                .spawn(move || write_history(h, rx));
+            (tx, t)
+        }) {
+            Some((tx, Ok(t))) => (Some(tx), Some(t)),
+            Some((_, Err(e))) => {
+                let _ = writeln!(log, "warmstart daemon: launch history not kept: {e}");
+                (None, None)
             }
-        });
+            None => (None, None),
+        };
         Foresight {
             proc_root: proc_root.to_path_buf(),
             run_root: run_root.to_path_buf(),
@@ -163,6 +167,7 @@ impl Foresight {
             startups: StartupStore::new(&dcfg.state_dir, &dcfg.startup),
             compile,
             history,
+            writer,
             predictor,
             idle,
             launch,
@@ -379,6 +384,16 @@ impl Foresight {
                 }
             }
         });
+    }
+}
+
+impl Drop for Foresight {
+    fn drop(&mut self) {
+        // Its queue closed, the writer saves what it has and ends.
+        self.history.take();
+        if let Some(t) = self.writer.take() {
+            let _ = t.join();
+        }
     }
 }
 
