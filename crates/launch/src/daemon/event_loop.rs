@@ -108,8 +108,8 @@ pub(super) struct Loop<S: EventSource> {
     buf: Vec<Event>,
     /// Startup plans, predictions, idle preloads.
     pub(super) foresight: Foresight,
-    /// Launches this batch began: their profile and first process.
-    launched: Vec<(String, u32)>,
+    /// Launches this batch began: their first process.
+    launched: Vec<u32>,
     /// When the open startup window's deadline passes.
     wake: Option<Duration>,
 }
@@ -200,8 +200,7 @@ impl<S: EventSource> Loop<S> {
             keep
         });
         // Before the batch goes to the launches: the startup recording
-        // takes its copy, and launches are observed (the history written
-        // on the learners).
+        // takes its copy.
         let launched = std::mem::take(&mut self.launched);
         let drops = self.src.drops();
         self.foresight.after_batch(
@@ -404,8 +403,6 @@ impl<S: EventSource> Loop<S> {
                         s.mode,
                         s.exec_ts_ns,
                     ) = (d.name, d.argv, d.trivial_key, d.listed, d.mode, ts_ns);
-                    // Now this program's launch, as far as prediction goes.
-                    self.launched.push((s.name.clone(), tgid));
                     if !s.recorded() {
                         for m in &s.members {
                             self.src.track(*m, false);
@@ -415,6 +412,7 @@ impl<S: EventSource> Loop<S> {
             }
             (Some(_), None) => {
                 let s = self.sessions.remove(&tgid).expect("matched above");
+                self.foresight.launch_dropped(tgid);
                 stop_replay(&s.mode);
                 self.status.ignored += 1;
                 for m in &s.members {
@@ -435,7 +433,7 @@ impl<S: EventSource> Loop<S> {
                     self.rt.set(false);
                 }
                 self.foresight.launch_begins();
-                self.launched.push((d.name.clone(), tgid));
+                self.launched.push(tgid);
                 self.sessions.insert(tgid, new_session(tgid, d, ts_ns));
             }
             (None, None) => {
@@ -543,8 +541,13 @@ impl<S: EventSource> Loop<S> {
             } else {
                 self.status.launches_learned += 1;
             }
-            // The launch is over: its replay has nothing left to win.
+            // The launch is over: its replay has nothing left to win. It
+            // goes into the history under the program it ended as (an
+            // exec chain is one launch, of its last program).
             stop_replay(&s.mode);
+            let at_ms =
+                crate::store::now_ms().saturating_sub(s.started.elapsed().as_millis() as u64);
+            self.foresight.launch_ended(&s.name, root, at_ms);
             let (store, cfg, dcfg, drops, shared) = (
                 self.store.clone(),
                 self.cfg.clone(),

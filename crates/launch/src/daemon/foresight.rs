@@ -10,6 +10,7 @@
 //! switched by config.toml: `[startup] enabled`, `predict_launches`,
 //! `[preload] enabled`.
 
+use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -38,6 +39,10 @@ use crate::startup::{
 /// mentioning.
 pub(super) const PRELOAD_TICK: Duration = Duration::from_secs(3);
 
+/// Launches in progress whose login session is remembered: beyond this,
+/// entries a missed end left behind are dropped.
+const MAX_LOGINS: usize = 4096;
+
 /// The daemon's startup windows, launch history, predictor and preloader.
 pub(super) struct Foresight {
     proc_root: PathBuf,
@@ -52,6 +57,8 @@ pub(super) struct Foresight {
     compile: CompileOptions,
     /// The history writer's queue; `None` with `predict_launches = false`.
     history: Option<Sender<HistoryWrite>>,
+    /// The login session of each launch in progress, by first process.
+    logins: HashMap<u32, u32>,
     /// Joined when the daemon stops, so that a reload reads the history
     /// the previous run saved last.
     writer: Option<std::thread::JoinHandle<()>>,
@@ -167,6 +174,7 @@ impl Foresight {
             startups: StartupStore::new(&dcfg.state_dir, &dcfg.startup),
             compile,
             history,
+            logins: HashMap::new(),
             writer,
             predictor,
             idle,
@@ -213,13 +221,13 @@ impl Foresight {
     }
 
     /// After a batch is decided, before its events go to the launches:
-    /// logins seen at exec, the startup recording, launches observed.
-    /// `launched` are the profiles of the launches this batch began, with
-    /// their first process.
+    /// logins seen at exec, the startup recording. `launched` are the
+    /// first processes of the launches this batch began: their login
+    /// session is noted while they still run.
     pub(super) fn after_batch(
         &mut self,
         buf: &[Event],
-        launched: &[(String, u32)],
+        launched: &[u32],
         learners: &Learners,
         drops: u64,
         log: &mut dyn Write,
@@ -241,9 +249,20 @@ impl Foresight {
         if let Some(r) = &mut self.rec {
             r.take(buf);
         }
-        for (profile, tgid) in launched {
-            self.on_launch(profile, *tgid);
+        if self.history.is_some() {
+            if self.logins.len() > MAX_LOGINS {
+                self.logins.clear();
+            }
+            for tgid in launched {
+                let session = login_session(&self.proc_root, &self.run_root, *tgid).unwrap_or(0);
+                self.logins.insert(*tgid, session);
+            }
         }
+    }
+
+    /// A launch the policy turned down at a later exec: not a launch.
+    pub(super) fn launch_dropped(&mut self, tgid: u32) {
+        self.logins.remove(&tgid);
     }
 
     /// Waits until the history writer has saved what was sent to it.
@@ -257,14 +276,18 @@ impl Foresight {
         }
     }
 
-    fn on_launch(&mut self, profile: &str, tgid: u32) {
+    /// A launch of `profile`, begun at `at_ms` (Unix) by `tgid`, ended:
+    /// into the history and the predictor; its preload, if any, judged
+    /// (the preloader does not look at the system while a launch runs, so
+    /// what it measured last is what the launch found).
+    pub(super) fn launch_ended(&mut self, profile: &str, tgid: u32, at_ms: u64) {
+        let session = self.logins.remove(&tgid).unwrap_or(0);
         let Some(history) = &self.history else {
             return;
         };
-        let session = login_session(&self.proc_root, &self.run_root, tgid).unwrap_or(0);
         let event = HistEvent::Launch(Launch {
             profile: profile.to_string(),
-            at_ms: crate::store::now_ms(),
+            at_ms,
             session,
         });
         lock(&self.predictor).observe(&event);

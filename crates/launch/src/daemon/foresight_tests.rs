@@ -211,6 +211,33 @@ fn a_launch_is_kept_in_the_history_and_ranked() {
 }
 
 #[test]
+fn an_exec_chain_is_one_launch_of_its_last_program() {
+    let mut h = harness(|_| {});
+    attach(&mut h, 3600.0);
+    let pid = h.process();
+    for (exe, argv) in [(SLEEP, ["sleep", "600"]), ("/usr/bin/true", ["true", "x"])] {
+        h.step(vec![Event::Exec {
+            tgid: pid,
+            ts_ns: monotonic_ns(),
+            file: file_info(Path::new(exe)),
+            argv: Some(argv.iter().map(|s| s.to_string()).collect()),
+        }]);
+    }
+    h.exit(pid);
+    h.lp.foresight.flush_history();
+    let (file, _) = HistoryFile::load(&h.lp.dcfg.state_dir, DEFAULT_CAPACITY);
+    let launches: Vec<String> = file
+        .history()
+        .events()
+        .filter_map(|e| match e {
+            warmstart_predict::Event::Launch(l) => Some(l.profile.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(launches, vec![profile_name(&["true".into(), "x".into()])]);
+}
+
+#[test]
 fn nothing_is_preloaded_while_a_launch_runs() {
     let mut h = harness(|_| {});
     let asked = attach(&mut h, 3600.0);
@@ -238,7 +265,7 @@ fn nothing_is_preloaded_while_a_launch_runs() {
     // The next launch stops the preload at once, and judges it: the fake
     // page cache never holds anything, so it went unused.
     let cancels = asked.lock().unwrap().cancels;
-    h.launch(Path::new(SLEEP), &["sleep", "600"], &data, 16, false);
+    h.launch(Path::new(SLEEP), &["sleep", "600"], &data, 16, true);
     wait_for(&mut h, "the preload judged", |h| {
         h.lp.status.foresight.preloads_unused == 1
     });
