@@ -2,18 +2,20 @@
 //! preloading, fed by the event loop.
 //!
 //! The event loop tells this part what happened (the daemon started, a
-//! batch of events, a launch decided, a profile forgotten); nothing here
-//! waits on the disk on the loop's behalf except reading a startup plan
-//! when a startup begins. A startup trace is named, kept and compiled on
-//! the learners' pool; the history is written by a thread of its own;
-//! the preloader runs on its own thread (see `idle`). Each part is
+//! batch of events, a launch ended, a profile forgotten); nothing here
+//! waits on the disk on the loop's behalf but the login session of an
+//! exec (two small reads in `/proc` and `/run`). A startup plan is read
+//! and replayed by a thread of its own; a startup trace is named, kept
+//! and compiled on the learners' pool; the history is written by a
+//! thread of its own; the preloader runs on its own thread (see `idle`).
+//! Each part is
 //! switched by config.toml: `[startup] enabled`, `predict_launches`,
 //! `[preload] enabled`.
 
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -52,7 +54,10 @@ pub(super) struct Foresight {
     startup: StartupConfig,
     window: StartupWindow,
     rec: Option<StartupRecording>,
-    replay: Option<ReplayHandle>,
+    /// The running startup replay's handle, once its thread started it.
+    replay: Option<Arc<Mutex<Option<ReplayHandle>>>>,
+    /// Startup plans replayed.
+    replays: Arc<AtomicU64>,
     startups: StartupStore,
     compile: CompileOptions,
     /// The history writer's queue; `None` with `predict_launches = false`.
@@ -171,6 +176,7 @@ impl Foresight {
             window,
             rec: None,
             replay: None,
+            replays: Arc::new(AtomicU64::new(0)),
             startups: StartupStore::new(&dcfg.state_dir, &dcfg.startup),
             compile,
             history,
@@ -319,9 +325,14 @@ impl Foresight {
         if let Some(t) = self.window.tick(now) {
             self.transitions(vec![t], learners, drops, log);
         }
-        if self.replay.as_ref().is_some_and(ReplayHandle::is_finished) {
+        if self
+            .replay
+            .as_ref()
+            .is_some_and(|r| lock(r).as_ref().is_some_and(ReplayHandle::is_finished))
+        {
             self.replay = None;
         }
+        self.status.startup_replays = self.replays.load(Ordering::Relaxed);
         self.status.startup_window = self.window.open().map(|(k, _)| kind_name(k).to_string());
         if let Some(i) = &self.idle {
             i.publish(&mut self.status, busy);
@@ -348,29 +359,48 @@ impl Foresight {
 
     /// A startup began: its plan replayed at once, its reads recorded.
     fn opened(&mut self, kind: StartupKind, session: u32, log: &mut dyn Write) {
-        let loaded = self.startups.plan(kind, &self.compile);
-        for w in &loaded.warnings {
-            let _ = writeln!(log, "warmstart daemon: {w}");
-        }
-        if let Some(plan) = loaded.plan {
-            let proc_root = self.proc_root.clone();
-            match replay_startup(Arc::new(plan), &self.startup, || mem_available(&proc_root)) {
-                Ok(h) => {
-                    let _ = writeln!(
-                        log,
-                        "warmstart daemon: {} startup: replaying its plan ({} KiB)",
-                        kind_name(kind),
-                        h.bytes >> 10
-                    );
-                    self.status.startup_replays += 1;
-                    // A login superseding a boot: the boot's replay is
-                    // stopped (dropping its handle), the login's goes on.
-                    self.replay = Some(h);
+        // Reading and decoding the plan waits on the disk, busiest at a
+        // startup: on a thread of its own, not on the event loop, which a
+        // login's first exec is followed by many more. The thread leaves
+        // the replay's handle in the slot; a later startup's slot replaces
+        // it, and the last one dropped stops the replay.
+        let slot = Arc::new(Mutex::new(None));
+        self.replay = Some(Arc::clone(&slot));
+        let (store, opts, cfg) = (
+            self.startups.clone(),
+            self.compile.clone(),
+            self.startup.clone(),
+        );
+        let (proc_root, replays) = (self.proc_root.clone(), Arc::clone(&self.replays));
+        let started = std::thread::Builder::new()
+            .name("ws-startup".into())
+            .spawn(move || {
+                let mut err = std::io::stderr();
+                let loaded = store.plan(kind, &opts);
+                for w in &loaded.warnings {
+                    let _ = writeln!(err, "warmstart daemon: {w}");
                 }
-                Err(e) => {
-                    let _ = writeln!(log, "warmstart daemon: startup replay: {e}");
+                let Some(plan) = loaded.plan else {
+                    return;
+                };
+                match replay_startup(Arc::new(plan), &cfg, || mem_available(&proc_root)) {
+                    Ok(h) => {
+                        let _ = writeln!(
+                            err,
+                            "warmstart daemon: {} startup: replaying its plan ({} KiB)",
+                            kind_name(kind),
+                            h.bytes >> 10
+                        );
+                        replays.fetch_add(1, Ordering::Relaxed);
+                        *lock(&slot) = Some(h);
+                    }
+                    Err(e) => {
+                        let _ = writeln!(err, "warmstart daemon: startup replay: {e}");
+                    }
                 }
-            }
+            });
+        if let Err(e) = started {
+            let _ = writeln!(log, "warmstart daemon: startup replay: {e}");
         }
         self.rec = Some(StartupRecording::new(kind, session));
         if let Some(history) = &self.history {
