@@ -509,12 +509,14 @@ impl<S: EventSource> Loop<S> {
             .collect();
         for root in done {
             let s = self.sessions.remove(&root).expect("listed above");
-            let recording = self.foresight.recording();
+            // A startup being recorded still wants their reads: the window
+            // untracks them when it closes.
+            if self.foresight.recording() {
+                self.foresight.untrack_later(s.members.iter().copied());
+            }
             for m in &s.members {
                 self.owner.remove(m);
-                // A startup being recorded still wants its reads: the
-                // window untracks it when it closes.
-                if !recording {
+                if !self.foresight.recording() {
                     self.src.untrack(*m);
                 }
             }

@@ -76,6 +76,9 @@ pub(super) struct Foresight {
     /// Processes a closed startup window saw: untracked by the loop unless
     /// a launch it follows holds them.
     untrack: Vec<u32>,
+    /// Processes of launches that ended while a window was open: left
+    /// tracked for the startup, untracked when it closes.
+    deferred: Vec<u32>,
     pub(super) status: ForesightStatus,
 }
 
@@ -186,6 +189,7 @@ impl Foresight {
             idle,
             launch,
             untrack: Vec::new(),
+            deferred: Vec::new(),
             status,
         }
     }
@@ -210,6 +214,12 @@ impl Foresight {
     /// stay tracked meanwhile, since a startup's reads are mostly theirs.
     pub(super) fn recording(&self) -> bool {
         self.rec.is_some()
+    }
+
+    /// Processes of a launch that ended while a startup is recorded: they
+    /// stay tracked until the window closes.
+    pub(super) fn untrack_later(&mut self, tgids: impl IntoIterator<Item = u32>) {
+        self.deferred.extend(tgids);
     }
 
     /// The processes a closed startup window kept tracked.
@@ -421,6 +431,7 @@ impl Foresight {
             return;
         };
         self.untrack.extend(rec.processes().iter().copied());
+        self.untrack.append(&mut self.deferred);
         let (store, opts) = (self.startups.clone(), self.compile.clone());
         self.status.startups_recorded += 1;
         learners.submit(move || {

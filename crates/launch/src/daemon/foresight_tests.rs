@@ -164,6 +164,49 @@ fn a_boot_records_its_execs_and_its_plan_is_replayed_after_two() {
 }
 
 #[test]
+fn a_login_opens_a_window_and_launches_ending_in_it_stay_tracked_until_it_closes() {
+    let mut h = harness(|d| {
+        d.startup.quiet_s = 0.2;
+        d.startup.max_s = 5.0;
+    });
+    attach(&mut h, 3600.0);
+    let data = h.data_file("lib.so", 256);
+    // A launch from before the login.
+    let before = h.launch(Path::new(SLEEP), &["sleep", "600"], &data, 16, false);
+    assert!(!h.lp.foresight.recording());
+    // A process of a new login session (the fake `/proc` says so; there
+    // is no logind in the fake `/run`, so every audit session counts).
+    let login = h.process();
+    let pdir = h.dir.path().join("proc").join(login.to_string());
+    std::fs::create_dir_all(&pdir).unwrap();
+    std::fs::write(pdir.join("sessionid"), "7").unwrap();
+    h.step(vec![Event::Exec {
+        tgid: login,
+        ts_ns: monotonic_ns(),
+        file: file_info(Path::new("/usr/bin/true")),
+        argv: Some(vec!["true".into(), "login".into()]),
+    }]);
+    assert!(h.lp.foresight.recording(), "a login's window");
+    assert_eq!(
+        h.lp.status.foresight.startup_window.as_deref(),
+        Some("login")
+    );
+    h.exit(before);
+    assert!(!h.lp.sessions.contains_key(&before), "the launch ended");
+    assert!(
+        !h.lp.src.untracked.contains(&before),
+        "the startup still records it"
+    );
+    std::thread::sleep(Duration::from_millis(250));
+    h.step(vec![]);
+    assert!(!h.lp.foresight.recording());
+    assert!(
+        h.lp.src.untracked.contains(&before),
+        "untracked at the close"
+    );
+}
+
+#[test]
 fn a_daemon_restarted_long_after_boot_opens_no_window() {
     let mut h = harness(quick_startups);
     attach(&mut h, 3600.0);
