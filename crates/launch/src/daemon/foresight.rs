@@ -154,6 +154,9 @@ impl Foresight {
             None
         };
         let mut status = ForesightStatus::default();
+        if idle.is_none() {
+            status.preload_state = super::idle::state_name(&crate::preload::State::Disabled).into();
+        }
         if let Some(h) = &history {
             status.history_events = h.history().len();
         }

@@ -351,6 +351,7 @@ fn config_keys_switch_prediction_and_preloading_off() {
     );
     assert!(!HistoryFile::path_in(&h.lp.dcfg.state_dir).exists());
     assert!(h.lp.status.foresight.predictions.is_empty());
+    assert_eq!(h.lp.status.foresight.preload_state, "disabled");
 }
 
 #[test]
