@@ -30,10 +30,12 @@ impl Daemon {
     fn start(dir: &Path, allow: &str, deny: &str) -> Daemon {
         let config = dir.join("config.toml");
         // idle_s: a launch held at exec (below) has no I/O for a while.
+        // No idle preloads: the tests evict the test file system (unmount
+        // it) and measure launches that find it cold.
         std::fs::write(
             &config,
             format!(
-                "learn = \"allow-list\"\nallow = {allow}\ndeny = {deny}\nskip_services = false\nmin_launch_kib = 64\nidle_s = 20.0\ntimeout_s = 60.0\n"
+                "learn = \"allow-list\"\nallow = {allow}\ndeny = {deny}\nskip_services = false\nmin_launch_kib = 64\nidle_s = 20.0\ntimeout_s = 60.0\n[preload]\nenabled = false\n"
             ),
         )
         .unwrap();
@@ -848,7 +850,7 @@ fn root_daemon_a_storm_of_trivial_launches_makes_no_profile() {
         &config,
         "learn = \"all\"\ndeny = [\"/usr/*\", \"/bin/*\", \"/sbin/*\", \"/lib/*\", \"/lib64/*\", \
          \"/etc/*\", \"/opt/*\", \"/root/*\", \"/home/*\", \"/work/*\", \"/var/*\", \"/snap/*\", \
-         \"*/warmstart\"]\nskip_services = false\nmin_learn_ms = 1000\n",
+         \"*/warmstart\"]\nskip_services = false\nmin_learn_ms = 1000\n[preload]\nenabled = false\n",
     )
     .unwrap();
     let d = Daemon::restart(work.path(), config);

@@ -4,6 +4,10 @@
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+use warmstart_predict::PredictorConfig;
+
+use crate::preload::PreloadConfig;
+use crate::startup::StartupConfig;
 
 /// `/etc/warmstart/config.toml`. Unknown keys are errors, so a typo is
 /// reported instead of silently ignored.
@@ -58,6 +62,16 @@ pub struct DaemonConfig {
     /// ... or after this many seconds.
     pub timeout_s: f64,
     pub socket: PathBuf,
+    /// Keep a launch history (`STATE_DIR/history.jsonl`) and rank the
+    /// programs likely to start soon. Off: no history is written, nothing
+    /// is predicted, and so nothing is preloaded.
+    pub predict_launches: bool,
+    /// Startup plans: what a boot or a login reads, replayed at the next.
+    pub startup: StartupConfig,
+    /// Reading the plans of predicted launches while the machine idles.
+    pub preload: PreloadConfig,
+    /// The predictor's model and weights.
+    pub predict: PredictorConfig,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -116,6 +130,10 @@ impl Default for DaemonConfig {
             idle_s: 2.0,
             timeout_s: 30.0,
             socket: PathBuf::from(DEFAULT_SOCKET),
+            predict_launches: true,
+            startup: StartupConfig::default(),
+            preload: PreloadConfig::default(),
+            predict: PredictorConfig::default(),
         }
     }
 }
@@ -163,6 +181,12 @@ impl DaemonConfig {
         if !(self.idle_s > 0.0 && self.timeout_s >= self.idle_s && self.timeout_s <= 1e6) {
             return Err("need 0 < idle_s <= timeout_s <= 1000000 (seconds)".into());
         }
+        self.startup.validate()?;
+        self.preload.validate()?;
+        let p = &self.predict;
+        if !(p.decay > 0.0 && p.decay <= 1.0) || p.max_profiles == 0 {
+            return Err("predict: need 0 < decay <= 1 and max_profiles >= 1".into());
+        }
         Ok(())
     }
 }
@@ -190,6 +214,15 @@ mod tests {
             ("io_priority = \"fast\"\n", Some("io_priority")),
             ("replay_cpus = \"1,3-4\"\n", None),
             ("replay_cpus = \"two\"\n", Some("replay_cpus")),
+            ("[startup]\nenabled = false\n", None),
+            ("[startup]\nquiet_s = 0\n", Some("quiet_s")),
+            ("[preload]\nbudget_fraction = 2\n", Some("budget_fraction")),
+            ("[preload]\nenable = false\n", Some("unknown field")),
+            (
+                "predict_launches = false\n[predict]\nmodel = \"markov\"\n",
+                None,
+            ),
+            ("[predict]\ndecay = 0\n", Some("decay")),
         ];
         for (text, want) in cases {
             std::fs::write(&p, text).unwrap();
@@ -214,5 +247,9 @@ mod tests {
         assert_eq!(c.min_learn_kib, d.min_learn_kib);
         assert_eq!(c.learn_workers, d.learn_workers);
         assert_eq!(c.plan_memory_mib, d.plan_memory_mib);
+        assert_eq!(c.predict_launches, d.predict_launches);
+        assert_eq!(c.startup, d.startup);
+        assert_eq!(c.preload, d.preload);
+        assert_eq!(c.predict, d.predict);
     }
 }

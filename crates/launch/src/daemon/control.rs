@@ -82,6 +82,52 @@ pub struct DaemonStatus {
     /// The configuration in effect (the file as last read, with the
     /// command line's `--state-dir` and `--socket`): what a reload changed.
     pub config: Option<DaemonConfig>,
+    /// Startup plans, predictions and idle preloads.
+    pub foresight: ForesightStatus,
+}
+
+/// What the daemon does before launches: startup windows, predictions,
+/// idle preloads.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ForesightStatus {
+    /// `boot` or `login` while a startup window is open.
+    pub startup_window: Option<String>,
+    pub startups_recorded: u64,
+    /// Startup plans replayed.
+    pub startup_replays: u64,
+    /// Events in the launch history.
+    pub history_events: usize,
+    /// Why the preloader is (not) preloading: `idle`, `preloading`,
+    /// `launch_in_progress`, `disk_busy`, `memory_pressure`, `low_memory`,
+    /// `over_budget`, `disabled`.
+    pub preload_state: String,
+    pub preloads: u64,
+    /// Of those, reads of programs preloaded before and evicted since.
+    pub rereads: u64,
+    pub bytes_preloaded: u64,
+    pub bytes_used: u64,
+    /// Bytes preloaded that a launch used / bytes preloaded, over finished
+    /// preloads; `None` before the first.
+    pub precision: Option<f64>,
+    pub preloads_used: u64,
+    pub preloads_unused: u64,
+    /// Memory held by preloads whose launch has not come.
+    pub held_bytes: u64,
+    pub budget_bytes: u64,
+    /// The programs ranked likely to start soon, best first.
+    pub predictions: Vec<PredictionStatus>,
+}
+
+/// One of the current predictions.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PredictionStatus {
+    pub profile: String,
+    pub score: f64,
+    /// Fraction of its plan in the page cache at the last check.
+    pub resident: Option<f64>,
+    pub preloaded: bool,
 }
 
 /// One launch the daemon is following.
@@ -531,6 +577,7 @@ pub(super) fn handle(
                 }
                 profiles.insert(n.clone(), Instant::now());
                 shared.cache.remove(&n);
+                shared.forgotten().push(n.clone());
                 match store.forget(&n) {
                     Ok(true) => forgotten.push(n),
                     Ok(false) => missing.push(n),

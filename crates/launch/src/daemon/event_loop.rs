@@ -19,6 +19,7 @@ use super::follow::{
     decide, new_session, replaying, session_status, since, start_early, stop_replay, Ctx, Early,
     Mode, Session,
 };
+use super::foresight::Foresight;
 use super::learn::{finish, Fate, Learners};
 use super::policy::{script_prefix, Scripts};
 use super::tuning::Realtime;
@@ -105,6 +106,12 @@ pub(super) struct Loop<S: EventSource> {
     pending: HashMap<u32, (String, Vec<String>, Instant)>,
     scripts: Scripts,
     buf: Vec<Event>,
+    /// Startup plans, predictions, idle preloads.
+    pub(super) foresight: Foresight,
+    /// Launches this batch began: their first process.
+    launched: Vec<u32>,
+    /// When the open startup window's deadline passes.
+    wake: Option<Duration>,
 }
 
 impl<S: EventSource> Loop<S> {
@@ -142,6 +149,9 @@ impl<S: EventSource> Loop<S> {
             pending: HashMap::new(),
             scripts: Scripts::default(),
             buf: Vec::new(),
+            foresight: Foresight::off(),
+            launched: Vec::new(),
+            wake: None,
         }
     }
 
@@ -166,6 +176,8 @@ impl<S: EventSource> Loop<S> {
         } else {
             IDLE_POLL
         };
+        // A startup window closes on time even if nothing happens.
+        let wait = self.wake.map_or(wait, |w| w.min(wait));
         let mut buf = std::mem::take(&mut self.buf);
         self.src.poll(wait, &mut buf)?;
         self.status.events += buf.len() as u64;
@@ -187,9 +199,34 @@ impl<S: EventSource> Loop<S> {
             }
             keep
         });
+        // Before the batch goes to the launches: the startup recording
+        // takes its copy.
+        let launched = std::mem::take(&mut self.launched);
+        let drops = self.src.drops();
+        self.foresight.after_batch(
+            &buf,
+            &launched,
+            &self.learners,
+            drops,
+            &mut std::io::stderr(),
+        );
         self.collect(&mut buf, &handled);
         self.buf = buf;
         self.finish_done();
+        let busy = !self.sessions.is_empty() || !self.early.is_empty();
+        let forgotten = std::mem::take(&mut *self.shared.forgotten());
+        self.wake = self.foresight.tick(
+            busy,
+            &self.learners,
+            drops,
+            forgotten,
+            &mut std::io::stderr(),
+        );
+        for tgid in self.foresight.take_untrack() {
+            if !self.owner.contains_key(&tgid) {
+                self.src.untrack(tgid);
+            }
+        }
         self.publish();
         Ok(())
     }
@@ -271,6 +308,7 @@ impl<S: EventSource> Loop<S> {
         match start_early(&ctx, tgid, ts_ns, filename, argv, running, &self.scripts) {
             Some(e) => {
                 self.early.insert(tgid, e);
+                self.foresight.launch_begins();
                 self.status.replays_at_execve += 1;
                 // Let the replay thread, waiting on this CPU, run.
                 self.rt.set(false);
@@ -374,6 +412,7 @@ impl<S: EventSource> Loop<S> {
             }
             (Some(_), None) => {
                 let s = self.sessions.remove(&tgid).expect("matched above");
+                self.foresight.launch_dropped(tgid);
                 stop_replay(&s.mode);
                 self.status.ignored += 1;
                 for m in &s.members {
@@ -393,6 +432,8 @@ impl<S: EventSource> Loop<S> {
                     // replay's start.
                     self.rt.set(false);
                 }
+                self.foresight.launch_begins();
+                self.launched.push(tgid);
                 self.sessions.insert(tgid, new_session(tgid, d, ts_ns));
             }
             (None, None) => {
@@ -401,7 +442,8 @@ impl<S: EventSource> Loop<S> {
                 // it anew for that exec (`env`, a launcher the policy does
                 // not name, running a program it does), which its own
                 // event decides.
-                if !execed_again(tgid, file) {
+                // Nor while a startup is recorded: its reads are wanted.
+                if !execed_again(tgid, file) && !self.foresight.recording() {
                     self.src.untrack(tgid);
                 }
             }
@@ -467,9 +509,16 @@ impl<S: EventSource> Loop<S> {
             .collect();
         for root in done {
             let s = self.sessions.remove(&root).expect("listed above");
+            // A startup being recorded still wants their reads: the window
+            // untracks them when it closes.
+            if self.foresight.recording() {
+                self.foresight.untrack_later(s.members.iter().copied());
+            }
             for m in &s.members {
                 self.owner.remove(m);
-                self.src.untrack(*m);
+                if !self.foresight.recording() {
+                    self.src.untrack(*m);
+                }
             }
             if let Mode::Prefetching {
                 first_request_ns,
@@ -494,8 +543,13 @@ impl<S: EventSource> Loop<S> {
             } else {
                 self.status.launches_learned += 1;
             }
-            // The launch is over: its replay has nothing left to win.
+            // The launch is over: its replay has nothing left to win. It
+            // goes into the history under the program it ended as (an
+            // exec chain is one launch, of its last program).
             stop_replay(&s.mode);
+            let at_ms =
+                crate::store::now_ms().saturating_sub(s.started.elapsed().as_millis() as u64);
+            self.foresight.launch_ended(&s.name, root, at_ms);
             let (store, cfg, dcfg, drops, shared) = (
                 self.store.clone(),
                 self.cfg.clone(),
@@ -533,6 +587,7 @@ impl<S: EventSource> Loop<S> {
         st.trivial_programs = self.shared.trivial().len();
         st.learn_queue = self.learners.pending();
         st.learn_dropped = self.learners.dropped();
+        st.foresight = self.foresight.status.clone();
         st.sessions = self
             .sessions
             .iter()

@@ -596,3 +596,6 @@ fn a_launch_is_timed_by_the_kernels_clock_not_the_daemons() {
         assert_eq!(h.profiles().len(), usize::from(learned), "{ms} ms");
     }
 }
+
+#[path = "foresight_tests.rs"]
+mod foresight;

@@ -17,14 +17,17 @@
 //! `cache` (profiles and plans in memory), `follow` (deciding a launch
 //! and starting its replay), `learn` (finishing a launch on a bounded
 //! pool), `event_loop` (events in, decisions out, behind an
-//! `EventSource` a test can fake) and `tuning` (real-time waits, locked
-//! code, replay thread placement).
+//! `EventSource` a test can fake), `tuning` (real-time waits, locked
+//! code, replay thread placement), `foresight` (startup plans, the launch
+//! history and its predictor) and `idle` (the idle preloader's thread).
 
 mod cache;
 mod config;
 mod control;
 mod event_loop;
 mod follow;
+mod foresight;
+mod idle;
 mod learn;
 mod policy;
 mod tuning;
@@ -38,18 +41,22 @@ use std::time::Instant;
 
 pub use config::{DaemonConfig, LearnMode, DEFAULT_SOCKET};
 pub use control::{
-    query, query_checked, request, ControlError, DaemonStatus, Reply, Request, SessionStatus,
+    query, query_checked, request, ControlError, DaemonStatus, ForesightStatus, PredictionStatus,
+    Reply, Request, SessionStatus,
 };
 pub use policy::{missing_script, policy_path};
 
 use cache::{check_cache, load_cache, Cache};
 use control::{bind_root_only, load_learn_list, lock_exclusive, lock_path, serve, socket_ino};
 use event_loop::Loop;
+use foresight::{Foresight, PRELOAD_TICK};
+use idle::NoOs;
 use learn::Learners;
 use policy::Trivial;
 use tuning::{lock_own_code, Realtime};
 
 use crate::manager::Config;
+use crate::preload::{PreloadOs, RealPreloadOs};
 use crate::store::Store;
 use crate::Error;
 
@@ -69,6 +76,9 @@ struct Shared {
     cache: Cache,
     /// Programs whose launches are too trivial to learn, for a while.
     trivial: Mutex<Trivial>,
+    /// Profiles forgotten since the event loop last looked: the predictor
+    /// and the preloader forget them too.
+    forgotten: Mutex<Vec<String>>,
 }
 
 impl Shared {
@@ -79,11 +89,16 @@ impl Shared {
             profiles: Mutex::new(HashMap::new()),
             cache,
             trivial: Mutex::new(Trivial::default()),
+            forgotten: Mutex::new(Vec::new()),
         }
     }
 
     fn trivial(&self) -> MutexGuard<'_, Trivial> {
         self.trivial.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn forgotten(&self) -> MutexGuard<'_, Vec<String>> {
+        self.forgotten.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -103,6 +118,40 @@ fn manager_config(dcfg: &DaemonConfig, log: &mut dyn Write) -> Config {
         let _ = writeln!(log, "warmstart daemon: {w}");
     }
     cfg
+}
+
+/// Startup plans, the launch history and its predictor, and the idle
+/// preloader, reading plans from the daemon's cache.
+fn foresight(
+    dcfg: &DaemonConfig,
+    cfg: &Config,
+    shared: &Arc<Shared>,
+    log: &mut dyn Write,
+) -> Foresight {
+    let launch = Arc::new(AtomicBool::new(false));
+    let plans = {
+        let shared = Arc::clone(shared);
+        Box::new(move |p: &str| shared.cache.get(p).and_then(|k| k.plan).map(|(p, _)| p))
+    };
+    let proc_root = std::path::Path::new("/proc");
+    let os: Box<dyn PreloadOs + Send> =
+        match RealPreloadOs::new(proc_root, &dcfg.preload, plans, Arc::clone(&launch)) {
+            Ok(os) => Box::new(os),
+            Err(e) => {
+                let _ = writeln!(log, "warmstart daemon: no preloading: {e}");
+                Box::new(NoOs)
+            }
+        };
+    Foresight::new(
+        dcfg,
+        cfg.compile.clone(),
+        proc_root,
+        std::path::Path::new("/run"),
+        os,
+        launch,
+        PRELOAD_TICK,
+        log,
+    )
 }
 
 /// Runs until `stop` is set (SIGTERM/SIGINT in the binary).
@@ -162,6 +211,12 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
     // bench does) raced the daemon reading its own code back for `mlock`
     // and its profiles and plans from storage.
     lock_own_code(log);
+    let learners = Learners::new(dcfg.learn_workers, Learners::QUEUE)
+        .map_err(|e| Error::io(&dcfg.state_dir, e))?;
+    // A boot's startup plan is replayed first of all: the startup does
+    // not wait for the profiles to load.
+    let mut foresight = foresight(dcfg, &cfg, &shared, log);
+    foresight.daemon_started(&learners, log);
     load_cache(&shared, &store, log);
     let c = shared.cache.counts();
     (status.profiles_in_memory, status.plans_in_memory) = (c.profiles, c.plans);
@@ -201,8 +256,6 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
             .spawn(move || serve(listener, &shared, &store, &d, &cfg))
             .map_err(|e| Error::io(&dcfg.socket, e))?
     };
-    let learners = Learners::new(dcfg.learn_workers, Learners::QUEUE)
-        .map_err(|e| Error::io(&dcfg.state_dir, e))?;
     let _ = writeln!(
         log,
         "warmstart daemon: watching execs; state in {}, control socket {}",
@@ -222,6 +275,7 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
         rt,
         status,
     );
+    lp.foresight = foresight;
     let mut result = Ok(());
     while !stop.load(Ordering::Relaxed) {
         if let Err(e) = lp.step() {

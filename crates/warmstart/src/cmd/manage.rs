@@ -213,6 +213,30 @@ pub fn status(args: StatusArgs) -> Result<i32> {
                     s.pid, s.profile, s.mode, s.requests, s.age_s
                 );
             }
+            let f = &d.foresight;
+            let predicted: Vec<String> = f
+                .predictions
+                .iter()
+                .map(|p| {
+                    format!(
+                        "{} {:.2}{}",
+                        p.profile,
+                        p.score,
+                        if p.preloaded { " (preloaded)" } else { "" }
+                    )
+                })
+                .collect();
+            // An older daemon says nothing of it.
+            if !f.preload_state.is_empty() {
+                println!(
+                "  ahead of launches: preload {}, {} preloads ({} used, {} unused), precision {}, holding {} of {} MiB; startup window {}, {} startup plans replayed; predicted: {}",
+                f.preload_state, f.preloads, f.preloads_used, f.preloads_unused,
+                f.precision.map_or("-".to_string(), |p| format!("{:.0}%", p * 100.0)),
+                f.held_bytes >> 20, f.budget_bytes >> 20,
+                f.startup_window.as_deref().unwrap_or("closed"), f.startup_replays,
+                if predicted.is_empty() { "none".to_string() } else { predicted.join(", ") }
+            );
+            }
             if !d.learn_list.is_empty() {
                 println!(
                     "  learn list (`warmstart learn`): {}",
