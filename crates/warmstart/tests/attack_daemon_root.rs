@@ -521,8 +521,9 @@ fn root_two_runs_and_the_daemon_on_one_profile() {
         });
         let prof = assert_consistent(&d, "ws-launch-fixture");
         let launches = prof["launches"].as_u64().unwrap();
-        // Each of the round's launches is counted at most once, and at
-        // least one was.
+        // Each of the round's launches is counted at most once (the daemon
+        // leaves a `run`'s launch to it, and learns the one that `run` let
+        // go unmanaged), and at least one was.
         assert!(
             launches > launches_before && launches <= launches_before + 3,
             "round {round}: {launches_before} -> {launches} launches: {prof}"
