@@ -476,7 +476,7 @@ fn root_two_runs_and_the_daemon_on_one_profile() {
                 .spawn()
                 .unwrap()
         };
-        let mut kids = vec![
+        let mut kids = [
             wrapped(0),
             wrapped(1),
             Command::new(&fx)
@@ -487,7 +487,7 @@ fn root_two_runs_and_the_daemon_on_one_profile() {
                 .spawn()
                 .unwrap(),
         ];
-        let mut codes = vec![None; kids.len()];
+        let mut codes = [None; 3];
         wait_for("the three launches", Duration::from_secs(120), || {
             for (k, c) in kids.iter_mut().zip(codes.iter_mut()) {
                 if c.is_none() {
