@@ -337,7 +337,8 @@ fn root_control_socket_refuses_other_users_and_outlasts_bad_clients() {
         assert_eq!(v["reply"], "error", "{v}");
     }
     drop(c);
-    d.status_within(Duration::from_secs(5));
+    let doc = d.status_within(Duration::from_secs(5));
+    assert!(doc["daemon"].is_object(), "{doc}");
 
     // A client that connects and sends nothing, kept open meanwhile.
     let silent = UnixStream::connect(&socket).unwrap();
