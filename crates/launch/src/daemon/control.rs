@@ -395,6 +395,34 @@ fn peer_uid(conn: &std::os::unix::net::UnixStream) -> Option<u32> {
     (r == 0).then_some(cred.uid)
 }
 
+/// How long a client has to send its whole request: requests are served
+/// one at a time, so a client sending a byte now and then must not hold
+/// the socket for longer.
+const REQUEST_TIME: Duration = Duration::from_secs(1);
+const REQUEST_MAX: usize = 1 << 20;
+
+/// One request: up to end of input, [`REQUEST_MAX`] bytes or `deadline`,
+/// whichever comes first (what was read by then is the request).
+fn read_request(conn: &mut std::os::unix::net::UnixStream, deadline: Instant) -> Vec<u8> {
+    use std::io::Read;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    while buf.len() < REQUEST_MAX {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || conn.set_read_timeout(Some(left)).is_err() {
+            break;
+        }
+        let want = chunk.len().min(REQUEST_MAX - buf.len());
+        match conn.read(&mut chunk[..want]) {
+            Ok(0) => break,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    buf
+}
+
 /// The control thread: one request per connection, answered in turn.
 /// Requests never touch the event loop's state directly, so a slow client
 /// cannot delay a launch's replay.
@@ -405,21 +433,21 @@ pub(super) fn serve(
     dcfg: &DaemonConfig,
     cfg: &Config,
 ) {
-    use std::io::Read;
     for conn in listener.incoming() {
         if shared.status.lock().unwrap_or_else(|e| e.into_inner()).pid == 0 {
             return; // stopping
         }
         let Ok(mut conn) = conn else { continue };
-        let _ = conn.set_read_timeout(Some(Duration::from_secs(1)));
         let _ = conn.set_write_timeout(Some(Duration::from_secs(1)));
+        // Read before a peer is refused: closing on a request not read
+        // resets the connection, and the client would see no daemon
+        // instead of the reason.
+        let buf = read_request(&mut conn, Instant::now() + REQUEST_TIME);
         let reply = if peer_uid(&conn) != Some(0) {
             Reply::Error {
                 message: "the control socket is root-only".into(),
             }
         } else {
-            let mut buf = Vec::new();
-            let _ = (&mut conn).take(1 << 20).read_to_end(&mut buf);
             match serde_json::from_slice::<Request>(&buf) {
                 Ok(req) => handle(req, shared, store, dcfg, cfg),
                 Err(e) => Reply::Error {

@@ -89,6 +89,8 @@ pub(super) struct Loop<S: EventSource> {
     pub(super) learners: Arc<Learners>,
     /// The daemon's own pid: never followed.
     pub(super) me: u32,
+    /// See `Ctx::skip_wrapped`.
+    pub(super) skip_wrapped: bool,
     pub(super) rt: Realtime,
     pub(super) status: DaemonStatus,
     started: Instant,
@@ -136,6 +138,7 @@ impl<S: EventSource> Loop<S> {
             check,
             learners,
             me: std::process::id(),
+            skip_wrapped: true,
             rt,
             status,
             started: Instant::now(),
@@ -303,6 +306,7 @@ impl<S: EventSource> Loop<S> {
             shared: &self.shared,
             check: &self.check,
             me: self.me,
+            skip_wrapped: self.skip_wrapped,
         };
         let running = replaying(&self.sessions, self.early.len());
         match start_early(&ctx, tgid, ts_ns, filename, argv, running, &self.scripts) {
@@ -363,6 +367,7 @@ impl<S: EventSource> Loop<S> {
                 shared: &self.shared,
                 check: &self.check,
                 me: self.me,
+                skip_wrapped: self.skip_wrapped,
             };
             let rt = &mut self.rt;
             decide(

@@ -85,7 +85,7 @@ fn harness(tune: impl FnOnce(&mut DaemonConfig)) -> Harness {
     // Nobody checks the cache here: a check request goes nowhere.
     let (check, _) = std::sync::mpsc::channel();
     let learners = Arc::new(Learners::new(dcfg.learn_workers, Learners::QUEUE).unwrap());
-    let lp = Loop::new(
+    let mut lp = Loop::new(
         Fake::default(),
         dcfg,
         cfg,
@@ -96,6 +96,8 @@ fn harness(tune: impl FnOnce(&mut DaemonConfig)) -> Harness {
         Realtime::disabled(),
         DaemonStatus::default(),
     );
+    // The launches here are this test binary's children.
+    lp.skip_wrapped = false;
     Harness {
         lp,
         dir,
@@ -540,6 +542,7 @@ fn a_plan_read_at_launch_is_read_at_normal_priority() {
             shared: &shared,
             check: &check,
             me: h.lp.me,
+            skip_wrapped: h.lp.skip_wrapped,
         };
         let mut calls = 0;
         let decided = decide(

@@ -15,7 +15,9 @@ use warmstart_replay::{monotonic_ns, Backend as _, Engine, RealBackend, Report};
 use super::cache::{Cache, Check};
 use super::config::DaemonConfig;
 use super::control::SessionStatus;
-use super::policy::{is_service, launch_key, launch_uid, read_cmdline, trivial_key, Scripts};
+use super::policy::{
+    is_service, launch_key, launch_uid, read_cmdline, started_by_warmstart, trivial_key, Scripts,
+};
 use super::tuning::{leave_realtime, spawn_here};
 use super::Shared;
 use crate::manager::{load_plan, profile_name_for, Config};
@@ -87,6 +89,10 @@ pub(super) struct Ctx<'a> {
     pub(super) check: &'a std::sync::mpsc::Sender<Check>,
     /// The daemon's own pid: never followed.
     pub(super) me: u32,
+    /// Leave launches started by another warmstart (`warmstart run`) to
+    /// it ([`started_by_warmstart`]); off in tests whose launches are the
+    /// test binary's children.
+    pub(super) skip_wrapped: bool,
 }
 
 /// Decides what a launch is, and the exec-to-replay latency if a replay
@@ -132,7 +138,10 @@ pub(super) fn decide(
     } else {
         BTreeSet::new()
     };
-    if !dcfg.permits(&key, continued, &learn) || (dcfg.skip_services && is_service(tgid)) {
+    if !dcfg.permits(&key, continued, &learn)
+        || (dcfg.skip_services && is_service(tgid))
+        || (!continued && ctx.skip_wrapped && started_by_warmstart(Path::new("/proc"), tgid))
+    {
         return None;
     }
     // Named by the user (the learn list, or an allow glob): learned
@@ -361,7 +370,10 @@ pub(super) fn start_early(
         let learn = ctx.shared.learn.lock().unwrap_or_else(|e| e.into_inner());
         dcfg.permits(&key, false, &learn)
     };
-    if !permitted || (dcfg.skip_services && is_service(tgid)) {
+    if !permitted
+        || (dcfg.skip_services && is_service(tgid))
+        || (ctx.skip_wrapped && started_by_warmstart(Path::new("/proc"), tgid))
+    {
         return None;
     }
     let name = profile_name_for(launch_uid(Path::new("/proc"), tgid)?, &argv);

@@ -244,6 +244,66 @@ pub(crate) fn is_service(pid: u32) -> bool {
         .is_ok_and(|c| c.contains("/system.slice/"))
 }
 
+/// Whether `pid` runs under `warmstart run`, as its child or further
+/// down: the daemon's own binary (or one at the same path: a newer build
+/// installed while the daemon runs) running its `run` command. `run`
+/// records and counts the whole tree itself; followed here as well, its
+/// launch would be counted and learned twice, the second time once `run`
+/// had saved it and let go of the profile's lock, and the programs it
+/// starts would get profiles of their own. (`warmstart bench` launches
+/// programs for the daemon to follow: it is not `run`.)
+pub(crate) fn started_by_warmstart(proc: &Path, pid: u32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let parent_of = |pid: u32| {
+        std::fs::read_to_string(proc.join(pid.to_string()).join("status"))
+            .ok()?
+            .lines()
+            .find_map(|l| l.strip_prefix("PPid:"))?
+            .trim()
+            .parse::<u32>()
+            .ok()
+    };
+    let path = |p: &Path| {
+        let t = std::fs::read_link(p).ok()?.to_string_lossy().into_owned();
+        Some(
+            t.strip_suffix(" (deleted)")
+                .map(str::to_string)
+                .unwrap_or(t),
+        )
+    };
+    let me = proc.join("self/exe");
+    // stat, not open: nothing of the ancestors' files is read.
+    let my_id = std::fs::metadata(&me).ok().map(|m| (m.dev(), m.ino()));
+    let my_path = path(&me);
+    let mut pid = pid;
+    // Bounded: a loop in a forged table, or a very deep tree, ends it.
+    for _ in 0..64 {
+        match parent_of(pid) {
+            Some(ppid) if ppid > 1 => pid = ppid,
+            _ => return false,
+        }
+        let exe = proc.join(pid.to_string()).join("exe");
+        let id = std::fs::metadata(&exe).ok().map(|m| (m.dev(), m.ino()));
+        if ((id.is_some() && id == my_id) || (my_path.is_some() && path(&exe) == my_path))
+            && command_of(proc, pid).as_deref() == Some("run")
+        {
+            return true;
+        }
+    }
+    false
+}
+
+/// A warmstart process's command: its first argument that is not an
+/// option (the only options before it, `-q`, take no value).
+fn command_of(proc: &Path, pid: u32) -> Option<String> {
+    let cmdline = std::fs::read(proc.join(pid.to_string()).join("cmdline")).ok()?;
+    cmdline
+        .split(|b| *b == 0)
+        .skip(1)
+        .find(|a| !a.starts_with(b"-"))
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+}
+
 /// The real uid a process runs as, from `/proc/PID/status`: profiles are
 /// per user. `None` once the process is gone.
 pub(crate) fn launch_uid(proc: &Path, pid: u32) -> Option<u32> {
@@ -260,6 +320,48 @@ pub(crate) fn launch_uid(proc: &Path, pid: u32) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_launch_started_by_warmstart_is_left_to_it() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path();
+        let bin = p.join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::write(bin.join("warmstart"), "").unwrap();
+        std::fs::write(bin.join("sh"), "").unwrap();
+        for (pid, ppid, exe, cmd) in [
+            ("self", 0, "warmstart", "warmstart\0daemon\0"),
+            ("7", 1, "warmstart", "warmstart\0-q\0run\0--\0app\0"),
+            ("8", 1, "sh", "sh\0run\0"),
+            ("9", 1, "warmstart", "warmstart\0bench\0run\0"),
+        ] {
+            std::fs::create_dir_all(p.join(pid)).unwrap();
+            std::fs::write(p.join(pid).join("cmdline"), cmd).unwrap();
+            std::fs::write(
+                p.join(pid).join("status"),
+                format!("Name:\tx\nPPid:\t{ppid}\n"),
+            )
+            .unwrap();
+            std::os::unix::fs::symlink(bin.join(exe), p.join(pid).join("exe")).unwrap();
+        }
+        for (pid, ppid) in [(42, 7), (43, 8), (44, 99), (50, 42), (51, 43), (52, 9)] {
+            std::fs::create_dir_all(p.join(pid.to_string())).unwrap();
+            std::fs::write(p.join(format!("{pid}/status")), format!("PPid:\t{ppid}\n")).unwrap();
+        }
+        assert!(started_by_warmstart(p, 42), "a child of `warmstart run`");
+        assert!(!started_by_warmstart(p, 43), "a child of a shell");
+        assert!(!started_by_warmstart(p, 44), "a parent that is gone");
+        assert!(!started_by_warmstart(p, 45), "a process that is gone");
+        assert!(
+            started_by_warmstart(p, 50),
+            "a grandchild of `warmstart run`"
+        );
+        assert!(!started_by_warmstart(p, 51), "a grandchild of a shell");
+        assert!(
+            !started_by_warmstart(p, 52),
+            "a launch of `warmstart bench`"
+        );
+    }
 
     #[test]
     fn a_launch_is_its_real_uid() {
