@@ -30,6 +30,7 @@ mod foresight;
 mod idle;
 mod learn;
 mod policy;
+mod registry;
 mod tuning;
 
 use std::collections::{BTreeSet, HashMap};
@@ -45,6 +46,7 @@ pub use control::{
     Reply, Request, SessionStatus,
 };
 pub use policy::{missing_script, policy_path};
+pub use registry::{FoundPlan, PlanLookup};
 
 use cache::{check_cache, load_cache, Cache};
 use control::{bind_root_only, load_learn_list, lock_exclusive, lock_path, serve, socket_ino};
@@ -154,8 +156,14 @@ fn foresight(
     )
 }
 
-/// Runs until `stop` is set (SIGTERM/SIGINT in the binary).
-pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> Result<(), Error> {
+/// Runs until `stop` is set (SIGTERM/SIGINT in the binary). `lookup`
+/// finds plans for programs without a profile (`registry` in the config).
+pub fn run(
+    dcfg: &DaemonConfig,
+    stop: Arc<AtomicBool>,
+    lookup: Option<Arc<dyn PlanLookup>>,
+    log: &mut dyn Write,
+) -> Result<(), Error> {
     let store = Store::open(&dcfg.state_dir)?;
     // Plans reveal which files a user's programs touched: root only.
     let _ = std::fs::set_permissions(store.root(), std::fs::Permissions::from_mode(0o700));
@@ -276,6 +284,13 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
         status,
     );
     lp.foresight = foresight;
+    if let Some(l) = lookup {
+        let source = dcfg.registry.clone().unwrap_or_default();
+        lp.registry = Some(
+            registry::Registry::start(l, source, Arc::clone(&shared), lp.store.clone())
+                .map_err(|e| Error::io(&dcfg.state_dir, e))?,
+        );
+    }
     let mut result = Ok(());
     while !stop.load(Ordering::Relaxed) {
         if let Err(e) = lp.step() {
