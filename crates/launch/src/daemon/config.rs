@@ -196,7 +196,9 @@ impl DaemonConfig {
             // The full reference is parsed by the lookup; here the shape:
             // a repository, not one plan.
             if r.is_empty() || r.contains(char::is_whitespace) || r.contains('@') {
-                return Err(format!("registry {r:?}: give a repository, host[:port]/path"));
+                return Err(format!(
+                    "registry {r:?}: give a repository, host[:port]/path"
+                ));
             }
         }
         if !(1..=300).contains(&self.registry_timeout_s) {

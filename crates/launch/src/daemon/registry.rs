@@ -157,7 +157,10 @@ fn work(
                     Ok(true) => lock(asked).installed += 1,
                     Ok(false) => {}
                     Err(e) => {
-                        let _ = writeln!(log, "warmstart daemon: {name}: plan from {source} not installed: {e}");
+                        let _ = writeln!(
+                            log,
+                            "warmstart daemon: {name}: plan from {source} not installed: {e}"
+                        );
                     }
                 }
                 now + NOT_FOUND_FOR

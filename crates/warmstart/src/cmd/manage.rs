@@ -137,10 +137,13 @@ pub fn daemon(args: DaemonArgs) -> Result<i32> {
     let mut previous: Option<DaemonConfig> = None;
     loop {
         let ran = match super::registry_lookup::from_config(&cfg) {
-            Ok(lookup) => {
-                warmstart_launch::daemon::run(&cfg, Arc::clone(&stop), lookup, &mut std::io::stderr())
-                    .map_err(anyhow::Error::from)
-            }
+            Ok(lookup) => warmstart_launch::daemon::run(
+                &cfg,
+                Arc::clone(&stop),
+                lookup,
+                &mut std::io::stderr(),
+            )
+            .map_err(anyhow::Error::from),
             Err(e) => Err(e.context("invalid configuration")),
         };
         // Cleared before `term` is read: a SIGTERM from here on stops the
