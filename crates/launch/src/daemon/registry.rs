@@ -169,7 +169,7 @@ fn work(
             Err(e) => {
                 let _ = writeln!(
                     log,
-                    "warmstart daemon: registry {source}: {e}; launches go on without its plans, no lookups for {} s",
+                    "warmstart daemon: no plans from {source} for {} s (launches go on without them): {e}",
                     DOWN_FOR.as_secs()
                 );
                 lock(asked).down_until = Some(now + DOWN_FOR);
