@@ -287,8 +287,14 @@ pub fn run(
     if let Some(l) = lookup {
         let source = dcfg.registry.clone().unwrap_or_default();
         lp.registry = Some(
-            registry::Registry::start(l, source, Arc::clone(&shared), lp.store.clone())
-                .map_err(|e| Error::io(&dcfg.state_dir, e))?,
+            registry::Registry::start(
+                l,
+                source,
+                Arc::clone(&shared),
+                lp.store.clone(),
+                dcfg.store_max_mib << 20,
+            )
+            .map_err(|e| Error::io(&dcfg.state_dir, e))?,
         );
     }
     let mut result = Ok(());

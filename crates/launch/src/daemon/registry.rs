@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use warmstart_plan::Plan;
 
-use super::cache::{refresh, Cache};
+use super::cache::{evict_lru, refresh, Cache};
 use super::follow::Mode;
 use super::Shared;
 use crate::store::{self, Phase, Profile, Store};
@@ -81,19 +81,21 @@ pub(super) struct Registry {
 }
 
 impl Registry {
-    /// Starts the lookup thread. `source` names the registry in the log.
+    /// Starts the lookup thread. `source` names the registry in the log;
+    /// installed plans count against `store_max` bytes like learned ones.
     pub(super) fn start(
         lookup: Arc<dyn PlanLookup>,
         source: String,
         shared: Arc<Shared>,
         store: Store,
+        store_max: u64,
     ) -> std::io::Result<Registry> {
         let (tx, rx) = sync_channel(QUEUE);
         let asked = Arc::new(Mutex::new(Asked::default()));
         let a = Arc::clone(&asked);
         std::thread::Builder::new()
             .name("ws-registry".into())
-            .spawn(move || work(rx, &*lookup, &source, &a, &shared, &store))?;
+            .spawn(move || work(rx, &*lookup, &source, &a, &shared, (&store, store_max)))?;
         Ok(Registry { tx, asked })
     }
 
@@ -140,7 +142,7 @@ fn work(
     source: &str,
     asked: &Mutex<Asked>,
     shared: &Shared,
-    store: &Store,
+    (store, store_max): (&Store, u64),
 ) {
     let mut log = std::io::stderr();
     for (name, argv) in rx {
@@ -154,7 +156,10 @@ fn work(
         let again = match got {
             Ok(Some(found)) => {
                 match install(shared, store, &name, &argv, found, &mut log) {
-                    Ok(true) => lock(asked).installed += 1,
+                    Ok(true) => {
+                        evict_lru(shared, store, store_max);
+                        lock(asked).installed += 1;
+                    }
                     Ok(false) => {}
                     Err(e) => {
                         let _ = writeln!(

@@ -70,6 +70,7 @@ fn a_program_without_a_profile_gets_its_plan_from_the_registry_off_the_loop() {
             "test".into(),
             Arc::clone(&h.lp.shared),
             h.lp.store.clone(),
+            h.lp.dcfg.store_max_mib << 20,
         )
         .unwrap(),
     );
