@@ -19,7 +19,8 @@
 //! pool), `event_loop` (events in, decisions out, behind an
 //! `EventSource` a test can fake), `tuning` (real-time waits, locked
 //! code, replay thread placement), `foresight` (startup plans, the launch
-//! history and its predictor) and `idle` (the idle preloader's thread).
+//! history and its predictor), `idle` (the idle preloader's thread) and
+//! `registry` (plans looked up by program content for new programs).
 
 mod cache;
 mod config;
@@ -221,6 +222,14 @@ pub fn run(
     lock_own_code(log);
     let learners = Learners::new(dcfg.learn_workers, Learners::QUEUE)
         .map_err(|e| Error::io(&dcfg.state_dir, e))?;
+    let registry = lookup
+        .map(|l| {
+            let source = dcfg.registry.clone().unwrap_or_default();
+            let max = dcfg.store_max_mib << 20;
+            registry::Registry::start(l, source, Arc::clone(&shared), store.clone(), max)
+        })
+        .transpose()
+        .map_err(|e| Error::io(&dcfg.state_dir, e))?;
     // A boot's startup plan is replayed first of all: the startup does
     // not wait for the profiles to load.
     let mut foresight = foresight(dcfg, &cfg, &shared, log);
@@ -284,19 +293,7 @@ pub fn run(
         status,
     );
     lp.foresight = foresight;
-    if let Some(l) = lookup {
-        let source = dcfg.registry.clone().unwrap_or_default();
-        lp.registry = Some(
-            registry::Registry::start(
-                l,
-                source,
-                Arc::clone(&shared),
-                lp.store.clone(),
-                dcfg.store_max_mib << 20,
-            )
-            .map_err(|e| Error::io(&dcfg.state_dir, e))?,
-        );
-    }
+    lp.registry = registry;
     let mut result = Ok(());
     while !stop.load(Ordering::Relaxed) {
         if let Err(e) = lp.step() {
