@@ -94,3 +94,41 @@ impl PlanLookup for RegistryLookup {
         }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_configured_repository_is_checked_at_start() {
+        let with = |r: Option<&str>| DaemonConfig {
+            registry: r.map(String::from),
+            ..Default::default()
+        };
+        assert!(
+            from_config(&with(None)).unwrap().is_none(),
+            "off by default"
+        );
+        assert!(from_config(&with(Some("127.0.0.1:5000/warmstart/plans")))
+            .unwrap()
+            .is_some());
+        for bad in ["127.0.0.1:5000/plans:v1", "127.0.0.1:5000/Plans"] {
+            assert!(from_config(&with(Some(bad))).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn only_a_missing_manifest_means_no_plan() {
+        let e = |what: &str| Error::Registry {
+            registry: "r".into(),
+            what: what.into(),
+        };
+        assert!(not_found(&e(
+            "GET http://r/v2/p/manifests/sha256-00: HTTP 404: MANIFEST_UNKNOWN"
+        )));
+        assert!(!not_found(&e("GET http://r/v2/p/manifests/x: HTTP 500")));
+        assert!(!not_found(&e(
+            "GET http://r/v2/p/manifests/x: Connection refused"
+        )));
+    }
+}
