@@ -72,6 +72,14 @@ pub struct DaemonConfig {
     pub preload: PreloadConfig,
     /// The predictor's model and weights.
     pub predict: PredictorConfig,
+    /// A repository (`host[:port]/path`) where plans are looked up by
+    /// program content for programs without a profile. `None`: no lookups.
+    pub registry: Option<String>,
+    /// Each request to the registry ends after this many seconds.
+    pub registry_timeout_s: u64,
+    /// Speak plain HTTP to a registry that is not on loopback (loopback
+    /// registries always get HTTP).
+    pub registry_plain_http: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -134,6 +142,9 @@ impl Default for DaemonConfig {
             startup: StartupConfig::default(),
             preload: PreloadConfig::default(),
             predict: PredictorConfig::default(),
+            registry: None,
+            registry_timeout_s: 5,
+            registry_plain_http: false,
         }
     }
 }
@@ -181,6 +192,18 @@ impl DaemonConfig {
         if !(self.idle_s > 0.0 && self.timeout_s >= self.idle_s && self.timeout_s <= 1e6) {
             return Err("need 0 < idle_s <= timeout_s <= 1000000 (seconds)".into());
         }
+        if let Some(r) = &self.registry {
+            // The full reference is parsed by the lookup; here the shape:
+            // a repository, not one plan.
+            if r.is_empty() || r.contains(char::is_whitespace) || r.contains('@') {
+                return Err(format!(
+                    "registry {r:?}: give a repository, host[:port]/path"
+                ));
+            }
+        }
+        if !(1..=300).contains(&self.registry_timeout_s) {
+            return Err("registry_timeout_s must be between 1 and 300".into());
+        }
         self.startup.validate()?;
         self.preload.validate()?;
         let p = &self.predict;
@@ -223,6 +246,9 @@ mod tests {
                 None,
             ),
             ("[predict]\ndecay = 0\n", Some("decay")),
+            ("registry = \"127.0.0.1:5000/plans\"\n", None),
+            ("registry = \"r.example/p@sha256:00\"\n", Some("registry")),
+            ("registry_timeout_s = 0\n", Some("registry_timeout_s")),
         ];
         for (text, want) in cases {
             std::fs::write(&p, text).unwrap();
@@ -251,5 +277,8 @@ mod tests {
         assert_eq!(c.startup, d.startup);
         assert_eq!(c.preload, d.preload);
         assert_eq!(c.predict, d.predict);
+        assert_eq!(c.registry, d.registry);
+        assert_eq!(c.registry_timeout_s, d.registry_timeout_s);
+        assert_eq!(c.registry_plain_http, d.registry_plain_http);
     }
 }

@@ -22,6 +22,7 @@ use super::follow::{
 use super::foresight::Foresight;
 use super::learn::{finish, Fate, Learners};
 use super::policy::{script_prefix, Scripts};
+use super::registry::Registry;
 use super::tuning::Realtime;
 use super::Shared;
 use crate::manager::Config;
@@ -114,6 +115,8 @@ pub(super) struct Loop<S: EventSource> {
     launched: Vec<u32>,
     /// When the open startup window's deadline passes.
     wake: Option<Duration>,
+    /// Plans looked up for programs with no profile.
+    pub(super) registry: Option<Registry>,
 }
 
 impl<S: EventSource> Loop<S> {
@@ -155,6 +158,7 @@ impl<S: EventSource> Loop<S> {
             foresight: Foresight::off(),
             launched: Vec::new(),
             wake: None,
+            registry: None,
         }
     }
 
@@ -457,6 +461,9 @@ impl<S: EventSource> Loop<S> {
             // The launch is recorded: let its replay thread, waiting on
             // this CPU, run now.
             self.rt.set(false);
+        }
+        if let (Some(r), Some(s)) = (&self.registry, self.sessions.get(&tgid)) {
+            r.launch(&self.shared.cache, &s.name, &s.argv, &s.mode);
         }
         true
     }

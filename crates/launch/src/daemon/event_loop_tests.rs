@@ -602,3 +602,6 @@ fn a_launch_is_timed_by_the_kernels_clock_not_the_daemons() {
 
 #[path = "foresight_tests.rs"]
 mod foresight;
+
+#[path = "registry_tests.rs"]
+mod registry;

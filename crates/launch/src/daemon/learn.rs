@@ -169,6 +169,22 @@ pub(super) fn finish(
         let _ = std::fs::remove_dir(store.dir(&f.name));
         return Ok(Fate::Forgotten);
     }
+    // A plan arrived while the program was learned (pulled from the
+    // registry, imported, compiled by `warmstart run`): it is kept, not
+    // taken back to learning by this launch.
+    if matches!(f.outcome, Outcome::Learning)
+        && shared
+            .cache
+            .get(&f.name)
+            .is_some_and(|k| k.phase == Phase::Prefetching)
+    {
+        let _ = writeln!(
+            log,
+            "warmstart daemon: {}: learning launch not kept (the profile has a plan now)",
+            f.name
+        );
+        return Ok(Fate::Busy);
+    }
     record_launch(f, store, &shared.cache, cfg, log)?;
     Ok(Fate::Written)
 }

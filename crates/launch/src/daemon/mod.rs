@@ -19,7 +19,8 @@
 //! pool), `event_loop` (events in, decisions out, behind an
 //! `EventSource` a test can fake), `tuning` (real-time waits, locked
 //! code, replay thread placement), `foresight` (startup plans, the launch
-//! history and its predictor) and `idle` (the idle preloader's thread).
+//! history and its predictor), `idle` (the idle preloader's thread) and
+//! `registry` (plans looked up by program content for new programs).
 
 mod cache;
 mod config;
@@ -30,6 +31,7 @@ mod foresight;
 mod idle;
 mod learn;
 mod policy;
+mod registry;
 mod tuning;
 
 use std::collections::{BTreeSet, HashMap};
@@ -45,6 +47,7 @@ pub use control::{
     Reply, Request, SessionStatus,
 };
 pub use policy::{missing_script, policy_path};
+pub use registry::{FoundPlan, PlanLookup};
 
 use cache::{check_cache, load_cache, Cache};
 use control::{bind_root_only, load_learn_list, lock_exclusive, lock_path, serve, socket_ino};
@@ -154,8 +157,14 @@ fn foresight(
     )
 }
 
-/// Runs until `stop` is set (SIGTERM/SIGINT in the binary).
-pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> Result<(), Error> {
+/// Runs until `stop` is set (SIGTERM/SIGINT in the binary). `lookup`
+/// finds plans for programs without a profile (`registry` in the config).
+pub fn run(
+    dcfg: &DaemonConfig,
+    stop: Arc<AtomicBool>,
+    lookup: Option<Arc<dyn PlanLookup>>,
+    log: &mut dyn Write,
+) -> Result<(), Error> {
     let store = Store::open(&dcfg.state_dir)?;
     // Plans reveal which files a user's programs touched: root only.
     let _ = std::fs::set_permissions(store.root(), std::fs::Permissions::from_mode(0o700));
@@ -212,6 +221,14 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
     // and its profiles and plans from storage.
     lock_own_code(log);
     let learners = Learners::new(dcfg.learn_workers, Learners::QUEUE)
+        .map_err(|e| Error::io(&dcfg.state_dir, e))?;
+    let registry = lookup
+        .map(|l| {
+            let source = dcfg.registry.clone().unwrap_or_default();
+            let max = dcfg.store_max_mib << 20;
+            registry::Registry::start(l, source, Arc::clone(&shared), store.clone(), max)
+        })
+        .transpose()
         .map_err(|e| Error::io(&dcfg.state_dir, e))?;
     // A boot's startup plan is replayed first of all: the startup does
     // not wait for the profiles to load.
@@ -276,6 +293,7 @@ pub fn run(dcfg: &DaemonConfig, stop: Arc<AtomicBool>, log: &mut dyn Write) -> R
         status,
     );
     lp.foresight = foresight;
+    lp.registry = registry;
     let mut result = Ok(());
     while !stop.load(Ordering::Relaxed) {
         if let Err(e) = lp.step() {

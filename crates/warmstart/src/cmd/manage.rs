@@ -136,7 +136,16 @@ pub fn daemon(args: DaemonArgs) -> Result<i32> {
     // socket unusable).
     let mut previous: Option<DaemonConfig> = None;
     loop {
-        let ran = warmstart_launch::daemon::run(&cfg, Arc::clone(&stop), &mut std::io::stderr());
+        let ran = match super::registry_lookup::from_config(&cfg) {
+            Ok(lookup) => warmstart_launch::daemon::run(
+                &cfg,
+                Arc::clone(&stop),
+                lookup,
+                &mut std::io::stderr(),
+            )
+            .map_err(anyhow::Error::from),
+            Err(e) => Err(e.context("invalid configuration")),
+        };
         // Cleared before `term` is read: a SIGTERM from here on stops the
         // next run at once.
         stop.store(false, Ordering::SeqCst);
@@ -149,7 +158,7 @@ pub fn daemon(args: DaemonArgs) -> Result<i32> {
                 cfg = prev;
                 continue;
             }
-            (Err(e), _) => return Err(e.into()),
+            (Err(e), _) => return Err(e),
         }
         if term.load(Ordering::SeqCst) || !hup.swap(false, Ordering::SeqCst) {
             return Ok(0);

@@ -6,6 +6,7 @@ mod generate;
 mod manage;
 mod portable;
 mod record;
+mod registry_lookup;
 mod replay;
 mod show;
 mod stream;

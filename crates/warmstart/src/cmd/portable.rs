@@ -220,7 +220,7 @@ pub fn push(args: PushArgs, quiet: bool) -> Result<i32> {
 
 /// The executable `command` runs: its first word as a path, or looked up
 /// in PATH as a shell would.
-fn find_program(command: &[String]) -> Option<PathBuf> {
+pub(super) fn find_program(command: &[String]) -> Option<PathBuf> {
     let prog = command.first()?;
     if prog.contains('/') {
         return Some(PathBuf::from(prog));
