@@ -21,18 +21,6 @@ fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Whether the root tests can run. With `WARMSTART_REQUIRE_ROOT=1` (CI)
-/// not being root fails the test instead of skipping it, so a run without
-/// root cannot pass for one that tested.
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() == 0 };
-    if !root && std::env::var_os("WARMSTART_REQUIRE_ROOT").is_some_and(|v| v == "1") {
-        panic!("WARMSTART_REQUIRE_ROOT=1, but these tests are not running as root");
-    }
-    root
-}
-
 /// A directory on a disk-backed filesystem (tmpfs pages cannot be evicted)
 /// with a 24 MiB file, and a command that reads it.
 fn fixture() -> (tempfile::TempDir, PathBuf, Target) {
@@ -118,8 +106,7 @@ fn config(evict_files: bool) -> Config {
 #[test]
 fn root_cold_starts_evicted_and_warm_starts_cached() {
     let _g = serial();
-    if !is_root() {
-        eprintln!("skipped: needs root to record and drop caches");
+    if !warmstart_testing::require_root("root_cold_starts_evicted_and_warm_starts_cached") {
         return;
     }
     for evict_files in [true, false] {
@@ -177,8 +164,7 @@ fn root_cold_starts_evicted_and_warm_starts_cached() {
 #[test]
 fn root_every_scenario_runs_on_a_real_command() {
     let _g = serial();
-    if !is_root() {
-        eprintln!("skipped: needs root to record and drop caches");
+    if !warmstart_testing::require_root("root_every_scenario_runs_on_a_real_command") {
         return;
     }
     let (_dir, _data, target) = fixture();
@@ -216,8 +202,7 @@ fn root_every_scenario_runs_on_a_real_command() {
 #[test]
 fn root_the_binary_writes_every_export() {
     let _g = serial();
-    if !is_root() {
-        eprintln!("skipped: needs root to record");
+    if !warmstart_testing::require_root("root_the_binary_writes_every_export") {
         return;
     }
     let (dir, data, _) = fixture();

@@ -11,15 +11,6 @@ use std::process::Command;
 
 use serde_json::Value;
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() == 0 };
-    if !root && std::env::var_os("WARMSTART_REQUIRE_ROOT").is_some_and(|v| v == "1") {
-        panic!("WARMSTART_REQUIRE_ROOT=1, but these tests are not running as root");
-    }
-    root
-}
-
 /// `data`, and what `/bin/sh -c 'cat …'` and the harness binaries need (dynamically
 /// linked against libc, libm and libgcc_s), on a merged-/usr Debian system
 /// or a split one: those that exist.
@@ -133,8 +124,7 @@ fn no_leftovers(cache: &Path) {
 
 #[test]
 fn root_bench_runs_every_scenario_inside_the_testbed() {
-    if !is_root() {
-        eprintln!("skipped: needs root (loop devices, mounts, chroot)");
+    if !warmstart_testing::require_root("root_bench_runs_every_scenario_inside_the_testbed") {
         return;
     }
     let dir = tempfile::tempdir_in("/var/tmp").unwrap();

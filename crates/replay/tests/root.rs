@@ -4,7 +4,8 @@
 //!
 //! These need root (CI runs as root) and a disk-backed `/var/tmp`: tmpfs
 //! has no backing store, so eviction and readahead mean nothing there. Each
-//! test prints why it skips.
+//! test prints why it skips, and fails instead with
+//! `WARMSTART_REQUIRE_ROOT=1`.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
@@ -21,12 +22,9 @@ use warmstart_replay::{read_ahead_bytes, replay, IdField, Options, RealBackend, 
 
 const MIB: u64 = 1 << 20;
 
-/// Why this machine cannot run the root tests, if it cannot.
+/// Why this machine cannot run the root tests other than not being root,
+/// if it cannot.
 fn skip_reason() -> Option<String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("not root".into());
-    }
     // SAFETY: zeroed statfs is a valid out-buffer; the path is a NUL-terminated literal.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: as above; statfs writes only into `st`.
@@ -39,11 +37,15 @@ fn skip_reason() -> Option<String> {
     None
 }
 
-/// Returns from the test, saying why, if the machine cannot run it.
+/// Returns from the test, saying why, if the machine cannot run it; with
+/// `WARMSTART_REQUIRE_ROOT=1` fails it instead.
 macro_rules! require_root {
     ($test:ident) => {
+        if !warmstart_testing::require_root(stringify!($test)) {
+            return;
+        }
         if let Some(why) = skip_reason() {
-            eprintln!("SKIPPED: {} ({})", stringify!($test), why);
+            warmstart_testing::skip(stringify!($test), &why);
             return;
         }
     };

@@ -50,10 +50,6 @@ struct Fixture {
 
 impl Fixture {
     fn new(fs: &str) -> Result<Fixture, String> {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            return Err("not root".into());
-        }
         let dir = tempfile::Builder::new()
             .prefix("warmstart-meta-")
             .tempdir_in("/var/tmp")
@@ -157,18 +153,18 @@ impl Drop for Fixture {
 
 /// Builds a fixture or returns from the test saying why it cannot.
 macro_rules! fixture {
-    ($fs:expr, $test:ident) => {
+    ($fs:expr, $test:ident) => {{
+        if !warmstart_testing::require_root(stringify!($test)) {
+            return;
+        }
         match Fixture::new($fs) {
             Ok(f) => f,
             Err(why) => {
-                if std::env::var("WARMSTART_REQUIRE_ROOT").as_deref() == Ok("1") {
-                    panic!("{}: cannot run ({why})", stringify!($test));
-                }
-                eprintln!("SKIPPED: {} ({why})", stringify!($test));
+                warmstart_testing::skip(stringify!($test), &why);
                 return;
             }
         }
-    };
+    }};
 }
 
 /// Read requests to one block device, recorded from the
@@ -303,8 +299,9 @@ fn root_ext4_metadata_read_from_the_device_serves_the_lookups() {
     let trace = match Trace::start(fx.rdev()) {
         Ok(t) => t,
         Err(why) => {
-            eprintln!(
-                "SKIPPED: root_ext4_metadata_read_from_the_device_serves_the_lookups ({why})"
+            warmstart_testing::skip(
+                "root_ext4_metadata_read_from_the_device_serves_the_lookups",
+                &why,
             );
             return;
         }

@@ -249,6 +249,13 @@ pub fn thread_cpus() -> Result<Vec<usize>, Error> {
         .collect())
 }
 
+/// The CPU the calling thread runs on at the time of the call (it may
+/// move right after), or `None` if the kernel does not say.
+pub fn current_cpu() -> Option<usize> {
+    // SAFETY: takes no arguments and only reads.
+    usize::try_from(unsafe { libc::sched_getcpu() }).ok()
+}
+
 /// Confines the calling thread to `cpus`.
 pub fn set_thread_cpus(cpus: &[usize]) -> Result<(), Error> {
     let fail = |source| {
@@ -377,6 +384,17 @@ mod tests {
             );
         });
         assert_eq!(thread_cpus().unwrap(), all);
+    }
+
+    #[test]
+    fn the_current_cpu_is_one_the_thread_may_run_on() {
+        let all = thread_cpus().unwrap();
+        let last = *all.last().unwrap();
+        assert!(all.contains(&current_cpu().unwrap()));
+        on_own_thread(move || {
+            set_thread_cpus(&[last]).unwrap();
+            assert_eq!(current_cpu(), Some(last));
+        });
     }
 
     #[test]

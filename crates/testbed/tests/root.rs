@@ -1,7 +1,7 @@
 //! Root tests of the testbed: real images, loop devices, mounts, FUSE.
 //! Each test uses its own cache directory and a small image (a shell, cat,
 //! libc and /etc), so the suite stays fast. Without root they are skipped
-//! with a message.
+//! with a message, or fail with `WARMSTART_REQUIRE_ROOT=1`.
 
 use std::fs;
 use std::io::{BufRead, BufReader};
@@ -10,14 +10,6 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use warmstart_testbed::{cleanup, cleanup::testbed_resources, Fs, Profile, Testbed, TestbedSpec};
-
-fn is_root() -> bool {
-    if nix::unistd::geteuid().is_root() {
-        return true;
-    }
-    eprintln!("skipped: needs root (loop devices, mounts, FUSE)");
-    false
-}
 
 /// What `/bin/sh -c 'cat ...'` needs on a merged-/usr Debian system.
 fn small_contents() -> Vec<PathBuf> {
@@ -132,7 +124,7 @@ fn run_dir_of(tb: &Testbed) -> PathBuf {
 
 #[test]
 fn ext4_runs_commands_cold_reuses_and_rebuilds_root() {
-    if !is_root() {
+    if !warmstart_testing::require_root("ext4_runs_commands_cold_reuses_and_rebuilds_root") {
         return;
     }
     let cache = tempfile::tempdir().unwrap();
@@ -202,7 +194,7 @@ fn ext4_runs_commands_cold_reuses_and_rebuilds_root() {
 
 #[test]
 fn changed_source_tree_rebuilds_root() {
-    if !is_root() {
+    if !warmstart_testing::require_root("changed_source_tree_rebuilds_root") {
         return;
     }
     let cache = tempfile::tempdir().unwrap();
@@ -224,7 +216,7 @@ fn changed_source_tree_rebuilds_root() {
 
 #[test]
 fn binds_show_host_paths_inside_root() {
-    if !is_root() {
+    if !warmstart_testing::require_root("binds_show_host_paths_inside_root") {
         return;
     }
     let cache = tempfile::tempdir().unwrap();
@@ -268,21 +260,21 @@ fn runs_on(fs_type: Fs) {
 
 #[test]
 fn xfs_testbed_runs_commands_root() {
-    if is_root() {
+    if warmstart_testing::require_root("xfs_testbed_runs_commands_root") {
         runs_on(Fs::Xfs);
     }
 }
 
 #[test]
 fn btrfs_testbed_runs_commands_root() {
-    if is_root() {
+    if warmstart_testing::require_root("btrfs_testbed_runs_commands_root") {
         runs_on(Fs::Btrfs);
     }
 }
 
 #[test]
 fn sd_profile_throttles_reads_root() {
-    if !is_root() {
+    if !warmstart_testing::require_root("sd_profile_throttles_reads_root") {
         return;
     }
     const MIB: usize = 4;
@@ -331,7 +323,7 @@ fn sd_profile_throttles_reads_root() {
 
 #[test]
 fn validate_measures_within_the_cloud_model_root() {
-    if !is_root() {
+    if !warmstart_testing::require_root("validate_measures_within_the_cloud_model_root") {
         return;
     }
     let cache = tempfile::tempdir().unwrap();
@@ -383,7 +375,7 @@ fn signal(child: &Child, sig: nix::sys::signal::Signal) {
 
 #[test]
 fn sigint_leaves_nothing_behind_root() {
-    if !is_root() {
+    if !warmstart_testing::require_root("sigint_leaves_nothing_behind_root") {
         return;
     }
     for storage in [None, Some("sd")] {
@@ -404,7 +396,7 @@ fn sigint_leaves_nothing_behind_root() {
 
 #[test]
 fn cleanup_removes_leftovers_of_a_killed_run_root() {
-    if !is_root() {
+    if !warmstart_testing::require_root("cleanup_removes_leftovers_of_a_killed_run_root") {
         return;
     }
     let cache = tempfile::tempdir().unwrap();
@@ -438,7 +430,7 @@ fn cleanup_removes_leftovers_of_a_killed_run_root() {
 
 #[test]
 fn prepare_after_a_killed_run_removes_its_mount_first_root() {
-    if !is_root() {
+    if !warmstart_testing::require_root("prepare_after_a_killed_run_removes_its_mount_first_root") {
         return;
     }
     let cache = tempfile::tempdir().unwrap();
@@ -471,7 +463,9 @@ fn prepare_after_a_killed_run_removes_its_mount_first_root() {
 /// device model go when the program exits.
 #[test]
 fn sigint_with_a_program_inside_leaves_nothing_once_it_exits_root() {
-    if !is_root() {
+    if !warmstart_testing::require_root(
+        "sigint_with_a_program_inside_leaves_nothing_once_it_exits_root",
+    ) {
         return;
     }
     let cache = tempfile::tempdir().unwrap();

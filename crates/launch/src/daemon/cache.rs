@@ -14,27 +14,22 @@ use std::time::{Duration, Instant};
 
 use warmstart_plan::Plan;
 use warmstart_replay::RealBackend;
+use warmstart_sys::FileIdentity;
 
 use super::Shared;
 use crate::manager::{load_plan, load_previous_plan, relearn, LaunchReport};
 use crate::store::{Phase, Profile, Store};
 use crate::Error;
 
-/// A file's identity and version: `(inode, size, mtime, ctime)` in ns,
-/// `None` if there is no file. A file renamed over it (every write of the
-/// store) or rewritten in place changes it.
-pub(super) type FileStamp = Option<(u64, u64, i128, i128)>;
+/// A file's identity and version, `None` if there is no file. A file
+/// renamed over it (every write of the store) or rewritten in place
+/// changes it.
+pub(super) type FileStamp = Option<FileIdentity>;
 
 pub(super) fn file_stamp(p: &Path) -> FileStamp {
-    use std::os::unix::fs::MetadataExt;
-    let m = std::fs::metadata(p).ok()?;
-    let ns = |s: i64, n: i64| s as i128 * 1_000_000_000 + n as i128;
-    Some((
-        m.ino(),
-        m.size(),
-        ns(m.mtime(), m.mtime_nsec()),
-        ns(m.ctime(), m.ctime_nsec()),
-    ))
+    std::fs::metadata(p)
+        .ok()
+        .map(|m| FileIdentity::from_metadata(&m))
 }
 
 /// A profile's plan read from the store, with the stamp of the file it was

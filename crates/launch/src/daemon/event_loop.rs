@@ -612,11 +612,9 @@ impl<S: EventSource> Loop<S> {
 /// Whether `tgid` runs another program than the exec event reports: it
 /// has exec'd again since (its next exec event follows).
 fn execed_again(tgid: u32, file: &warmstart_bpf::FileInfo) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    match std::fs::metadata(format!("/proc/{tgid}/exe")) {
-        Ok(m) => {
-            m.ino() != file.ino
-                || m.dev() != warmstart_record::resolve::kdev_to_user(file.dev as u64)
+    match warmstart_sys::open::inspect(format!("/proc/{tgid}/exe"), true) {
+        Ok((id, _)) => {
+            id.ino != file.ino || id.dev != warmstart_record::resolve::kdev_to_user(file.dev as u64)
         }
         Err(_) => false,
     }

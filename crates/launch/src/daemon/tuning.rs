@@ -6,6 +6,7 @@ use std::io::Write;
 use std::path::Path;
 
 use warmstart_replay::{Backend as _, RealBackend};
+use warmstart_sys::sched::{self, Policy};
 
 /// Locks the daemon's own executable in memory. Code the daemon has not
 /// run yet (deciding a launch, a replay) is otherwise read from storage
@@ -79,12 +80,10 @@ impl Realtime {
             on: false,
             failed: false,
         };
-        rt.set(true);
-        if rt.failed {
+        if let Err(e) = rt.switch(true) {
             let _ = writeln!(
                 log,
-                "warmstart daemon: cannot wait for execs at real-time priority ({}); replays start after the launching program's time slice",
-                std::io::Error::last_os_error()
+                "warmstart daemon: cannot wait for execs at real-time priority ({e}); replays start after the launching program's time slice"
             );
         }
         rt
@@ -100,22 +99,25 @@ impl Realtime {
     }
 
     pub(super) fn set(&mut self, on: bool) {
+        let _ = self.switch(on);
+    }
+
+    /// Once refused, it never tries again: the loop switches twice per
+    /// launch and the answer would not change.
+    fn switch(&mut self, on: bool) -> Result<(), warmstart_sys::Error> {
         if self.failed || self.on == on {
-            return;
+            return Ok(());
         }
-        let (policy, priority) = if on {
-            (libc::SCHED_FIFO, 1)
-        } else {
-            (libc::SCHED_OTHER, 0)
-        };
-        let param = libc::sched_param {
-            sched_priority: priority,
-        };
-        // SAFETY: pid 0 is the calling thread; param is a valid sched_param.
-        if unsafe { libc::sched_setscheduler(0, policy, &param) } == 0 {
-            self.on = on;
-        } else {
-            self.failed = true;
+        let policy = if on { Policy::Fifo(1) } else { Policy::Normal };
+        match sched::set_policy(policy) {
+            Ok(()) => {
+                self.on = on;
+                Ok(())
+            }
+            Err(e) => {
+                self.failed = true;
+                Err(e)
+            }
         }
     }
 }
@@ -135,14 +137,11 @@ impl Drop for Realtime {
 /// and setting up its plan is per-plan work whose cost a plan decides,
 /// and must never run ahead of every normal thread on the machine.
 pub(super) fn leave_realtime() {
-    // SAFETY: pid 0 is the calling thread; the call only reads.
-    let policy = unsafe { libc::sched_getscheduler(0) };
-    if policy == libc::SCHED_FIFO || policy == libc::SCHED_RR {
-        let param = libc::sched_param { sched_priority: 0 };
-        // SAFETY: pid 0 is the calling thread; param is a valid sched_param.
-        unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &param) };
-    }
+    // Lowering the policy needs no privilege; should it fail all the
+    // same, the replay still runs, only ahead of normal threads.
+    let _ = sched::leave_realtime();
 }
+
 /// Starts `f` on a new thread on the calling thread's CPU when the caller
 /// is a real-time thread, passing it the CPUs it may move back to (`None`
 /// if it was not pinned).
@@ -161,13 +160,11 @@ pub(super) fn spawn_here<T: Send + 'static>(
     backend: &RealBackend,
     f: impl FnOnce(Option<Vec<usize>>) -> T + Send + 'static,
 ) -> std::io::Result<std::thread::JoinHandle<T>> {
-    // SAFETY: neither call takes a pointer; both only read.
-    let (policy, here) = unsafe { (libc::sched_getscheduler(0), libc::sched_getcpu()) };
     // A normal thread goes to an idle CPU by itself.
-    let realtime = policy == libc::SCHED_FIFO || policy == libc::SCHED_RR;
+    let realtime = sched::policy().is_ok_and(Policy::is_realtime);
     let allowed = backend.thread_cpus().ok();
-    let pinned = match (&allowed, usize::try_from(here)) {
-        (Some(all), Ok(cpu)) if realtime && all.len() > 1 && all.contains(&cpu) => {
+    let pinned = match (&allowed, sched::current_cpu()) {
+        (Some(all), Some(cpu)) if realtime && all.len() > 1 && all.contains(&cpu) => {
             backend.set_thread_cpus(&[cpu]).is_ok()
         }
         _ => false,
@@ -186,24 +183,22 @@ pub(super) fn spawn_here<T: Send + 'static>(
 mod tests {
     use super::*;
 
-    fn policy() -> i32 {
-        // SAFETY: pid 0 is the calling thread; the call only reads.
-        unsafe { libc::sched_getscheduler(0) }
+    fn policy() -> Policy {
+        sched::policy().unwrap()
     }
 
     /// Needs CAP_SYS_NICE (root) to become a real-time thread at all.
     #[test]
     fn root_replay_threads_leave_realtime_before_their_plan() {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            eprintln!("skipped: needs root (CAP_SYS_NICE) to run at SCHED_FIFO");
+        if !warmstart_testing::require_root("root_replay_threads_leave_realtime_before_their_plan")
+        {
             return;
         }
         let backend = RealBackend::default();
         std::thread::spawn(move || {
             let mut rt = Realtime::new(&mut std::io::sink());
             rt.set(true);
-            assert_eq!(policy(), libc::SCHED_FIFO);
+            assert_eq!(policy(), Policy::Fifo(1));
             // What the daemon runs on each replay thread before its plan.
             let seen = spawn_here(&backend, |_| {
                 let inherited = policy();
@@ -213,9 +208,9 @@ mod tests {
             .unwrap()
             .join()
             .unwrap();
-            assert_eq!(seen, (libc::SCHED_FIFO, libc::SCHED_OTHER));
+            assert_eq!(seen, (Policy::Fifo(1), Policy::Normal));
             drop(rt);
-            assert_eq!(policy(), libc::SCHED_OTHER, "normal again after run");
+            assert_eq!(policy(), Policy::Normal, "normal again after run");
         })
         .join()
         .unwrap();

@@ -470,7 +470,6 @@ fn the_real_system_answers() {
 /// page cache is measured missing, preloaded, and measured resident.
 #[test]
 fn a_real_preload_reads_an_evicted_plan_back() {
-    use std::os::fd::AsRawFd;
     use std::os::unix::fs::MetadataExt;
     use warmstart_plan::compile::{compile, CompileOptions};
     use warmstart_plan::trace::{
@@ -521,10 +520,7 @@ fn a_real_preload_reads_an_evicted_plan_back() {
         ..CompileOptions::default()
     };
     let plan = Arc::new(compile(&[trace], &opts, &|_, _| None).unwrap().plan);
-    // SAFETY: fadvise on a descriptor we own; it only drops clean cached
-    // pages of our own temporary file.
-    let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-    assert_eq!(rc, 0);
+    warmstart_sys::fadvise::dontneed(&f, 0, 0).unwrap();
 
     let cfg = PreloadConfig {
         memory_floor_mib: Some(0),

@@ -1,0 +1,86 @@
+//! The prefetchers measured beside (or ahead of) a launch: a replay
+//! started just before it, a replay waited for, and whole-file preloaders.
+
+use std::io::Read;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use warmstart_replay::{Engine, RealBackend};
+
+use super::{replay_options, RealExecutor};
+use crate::launch;
+use crate::runner::Measurement;
+use crate::scenario::Scenario;
+
+impl RealExecutor {
+    /// Replays `plan` beside a launch started right after it.
+    pub(super) fn concurrent(&mut self, s: Scenario) -> Result<Measurement> {
+        let plan = Arc::clone(&self.plans[&s]);
+        let backend = RealBackend::new();
+        let engine = Engine::new(&backend, replay_options(s))?;
+        let cancel = engine.cancel_flag();
+        let t0 = Instant::now();
+        let (launched, report) = thread::scope(|sc| {
+            let h = sc.spawn(|| engine.run(&plan));
+            let l = launch::launch(&self.target, t0);
+            cancel.store(true, Ordering::Relaxed);
+            (l, h.join())
+        });
+        let launched = launched?;
+        let bytes = match report {
+            Ok(Ok(r)) => Some(r.bytes_issued()),
+            _ => None,
+        };
+        self.check(s, &launched)?;
+        self.warm = true;
+        Ok(Measurement {
+            time: launched.time,
+            exit_code: launched.exit_code,
+            prefetched_bytes: bytes,
+            ..Default::default()
+        })
+    }
+
+    /// Replays `plan` until resident; returns the bytes issued.
+    pub(super) fn prefetch_and_wait(&self, s: Scenario) -> Result<u64> {
+        let mut o = replay_options(s);
+        o.wait = Some(self.target.timeout);
+        let r = warmstart_replay::replay(&self.plans[&s], &o, &RealBackend::new())?;
+        Ok(r.bytes_issued())
+    }
+
+    pub(super) fn preload_all(&self) -> u64 {
+        let mut buf = vec![0u8; 1 << 20];
+        let mut n = 0u64;
+        for (p, _) in &self.files {
+            // A recorded path: never a FIFO or a device (see warmstart_sys).
+            let Ok(mut f) = warmstart_sys::open(p).map(|o| o.file) else {
+                continue;
+            };
+            while let Ok(k) = f.read(&mut buf) {
+                if k == 0 {
+                    break;
+                }
+                n += k as u64;
+            }
+        }
+        n
+    }
+
+    pub(super) fn vmtouch(&self) -> Result<()> {
+        let st = std::process::Command::new("vmtouch")
+            .arg("-tq")
+            .args(self.files.iter().map(|f| &f.0))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .context("running vmtouch")?;
+        // vmtouch exits non-zero when one of many files vanished; the rest
+        // was still read, which is what a preloader does.
+        let _ = st;
+        Ok(())
+    }
+}

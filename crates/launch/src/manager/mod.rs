@@ -1,0 +1,318 @@
+//! `warmstart run`: one launch through the launch manager. The launch's
+//! flow is here; naming a profile, learning (recording and compiling),
+//! prefetching a launch, judging it afterwards and the warm check live in
+//! a module each.
+
+mod judge;
+mod learning;
+mod naming;
+mod prefetch;
+mod warm;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use warmstart_plan::compile::CompileOptions;
+use warmstart_record::{argv_text, Exit};
+use warmstart_replay::Report;
+
+use crate::store::{valid_name, Phase, Profile, Store};
+use crate::Error;
+
+pub(crate) use judge::judge;
+pub(crate) use learning::{add_trace, load_plan, load_previous_plan, relearn};
+pub use learning::{compile_traces, mark_relearn};
+pub(crate) use naming::{find_program, resolve_exe};
+pub use naming::{profile_name, profile_name_for};
+pub(crate) use prefetch::plain_launch;
+
+use learning::learn;
+use naming::{canonical, name_for};
+use prefetch::{prefetch, Launch};
+use warm::{quick_warm, save_warm_check, warm_windows, windows_cached};
+
+/// How to prefetch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Strategy {
+    /// Replay concurrently with the application (flash).
+    Concurrent,
+    /// Physically sorted replay, application held until it completes
+    /// (rotational disks: the seeks cost more than the overlap gains).
+    Sorted,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StrategyChoice {
+    /// Decided per device by a measured random-read latency probe.
+    Auto,
+    Fixed(Strategy),
+}
+
+/// The launch manager's parameters (FAST Table 2 names in brackets).
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub state_dir: PathBuf,
+    /// Launches recorded before the first plan [N_rawseq].
+    pub nrawseq: u32,
+    /// Relearn when the miss ratio exceeds this [R_miss].
+    pub rmiss: f64,
+    /// At most one exact audit per this many prefetched launches [N_chk]:
+    /// an audit costs a recorder load, so a noisy cheap check must not
+    /// trigger one every other launch.
+    pub nchk: u64,
+    /// Relearn when more than this share of the plan's files changed.
+    pub stale_share: f64,
+    pub strategy: StrategyChoice,
+    /// Audit prefetching launches with the recorder (exact, costs a BPF load).
+    pub audit: bool,
+    /// The sorted strategy holds the application until the prefetch is
+    /// resident, but never longer than this.
+    pub sorted_wait_max: Duration,
+    /// Before exec, let the replay issue this many requests ...
+    pub head_start_requests: u64,
+    /// ... or run this long, whichever comes first.
+    pub head_start: Duration,
+    /// A launch with nothing to prefetch and nothing to judge afterwards
+    /// (its plan is already resident, or the profile is too small a launch
+    /// to prefetch) is exec'd in place: no wrapper process stays behind, so
+    /// it costs only warmstart's own start. Off when the caller wants a
+    /// report after the launch.
+    pub exec_in_place: bool,
+    pub compile: CompileOptions,
+    pub replay: warmstart_replay::Options,
+    pub record: warmstart_record::Options,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            state_dir: crate::default_state_dir(),
+            nrawseq: 2,
+            rmiss: 0.1,
+            nchk: 10,
+            stale_share: 0.1,
+            strategy: StrategyChoice::Auto,
+            audit: false,
+            sorted_wait_max: Duration::from_secs(5),
+            head_start_requests: 8,
+            head_start: Duration::from_millis(10),
+            exec_in_place: true,
+            compile: CompileOptions::default(),
+            replay: warmstart_replay::Options::default(),
+            record: warmstart_record::Options::default(),
+        }
+    }
+}
+
+/// What happened, for the user (`-v`/`--json`) and for tests.
+#[derive(Debug, Clone, Serialize)]
+pub struct LaunchReport {
+    pub profile: String,
+    pub phase_before: Phase,
+    pub phase_after: Phase,
+    pub strategy: Option<Strategy>,
+    /// The plan was found resident already, so no replay ran.
+    pub warm_skip: bool,
+    /// Why the plan was not used, if it was not.
+    pub plan_problem: Option<String>,
+    pub replay: Option<Report>,
+    /// Bytes the application's processes read from storage themselves.
+    pub app_read_bytes: Option<u64>,
+    pub miss_ratio: Option<f64>,
+    /// Set when this launch sent the profile back to learning.
+    pub relearn_reason: Option<String>,
+    /// Audit trace (with `audit`): pages the application read itself.
+    pub audit_pages_from_storage: Option<u64>,
+    pub audit_pages: Option<u64>,
+    /// Audit: bytes the application read from storage that the plan lacks.
+    pub uncovered_bytes: Option<u64>,
+    pub compiled: Option<String>,
+    /// How long the application was held for the replay's head start (or,
+    /// with the sorted strategy, for the whole replay).
+    pub held_ms: Option<f64>,
+    pub exit_code: i32,
+    pub wall_ms: f64,
+}
+
+impl LaunchReport {
+    pub fn new(profile: &str, phase: Phase) -> LaunchReport {
+        LaunchReport {
+            profile: profile.to_string(),
+            phase_before: phase,
+            phase_after: phase,
+            strategy: None,
+            warm_skip: false,
+            plan_problem: None,
+            replay: None,
+            app_read_bytes: None,
+            miss_ratio: None,
+            relearn_reason: None,
+            audit_pages_from_storage: None,
+            audit_pages: None,
+            uncovered_bytes: None,
+            compiled: None,
+            held_ms: None,
+            exit_code: 0,
+            wall_ms: 0.0,
+        }
+    }
+}
+
+/// How long a launch waits for its profile's lock before it runs
+/// unmanaged: longer than the daemon's save, far shorter than a launch.
+const PROFILE_LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Runs `argv` through the launch manager and returns how it ended.
+pub fn run(
+    argv: &[OsString],
+    profile: Option<&str>,
+    cfg: &Config,
+) -> Result<(Exit, LaunchReport), Error> {
+    let start = Instant::now();
+    // The command line as text, for its profile and messages; the command
+    // itself runs with its arguments' bytes as given.
+    let text = argv_text(argv);
+    let program = find_program(&text[0]);
+    let name = match profile {
+        Some(n) if !valid_name(n) => return Err(Error::BadName(n.to_string())),
+        Some(n) => n.to_string(),
+        // SAFETY: geteuid has no preconditions.
+        None => name_for(
+            unsafe { libc::geteuid() },
+            &canonical(program.as_deref(), &text[0]),
+            &text,
+        ),
+    };
+    // No state to keep, or none that can be read: the launch still
+    // happens, unmanaged.
+    let unmanaged = |why: &dyn std::fmt::Display| -> Result<(Exit, LaunchReport), Error> {
+        eprintln!("warmstart: {why}; launching without prefetching");
+        if cfg.exec_in_place {
+            let source = warmstart_record::exec_in_place(program.as_deref(), argv);
+            return Err(Error::Spawn {
+                cmd: text.join(" "),
+                source,
+            });
+        }
+        let mut report = LaunchReport::new(&name, Phase::Ignored);
+        let exit = plain_launch(argv)?.0;
+        report.phase_after = Phase::Ignored;
+        report.exit_code = exit.shell_code();
+        report.wall_ms = start.elapsed().as_secs_f64() * 1e3;
+        Ok((exit, report))
+    };
+    let store = match Store::open(&cfg.state_dir) {
+        Ok(s) => s,
+        Err(e) => return unmanaged(&e),
+    };
+    // One writer per profile: a second launch of the same command while
+    // the first is learned, or while the daemon saves it, runs unmanaged
+    // rather than racing it for trace numbers and the plan. Released when
+    // this process ends or execs (the descriptor is close-on-exec).
+    let _lock = match store.lock_within(&name, PROFILE_LOCK_WAIT) {
+        Ok(Some(l)) => l,
+        Ok(None) => {
+            return unmanaged(&format!(
+            "profile {name} is in use by another warmstart (a concurrent launch of this command)"
+        ))
+        }
+        Err(e) => return unmanaged(&e),
+    };
+    let mut prof = match store.load(&name) {
+        Ok(Some(p)) => p,
+        Ok(None) => Profile::new(&name, &text),
+        // A corrupt profile must neither stop the launch nor lose what the
+        // profile learned: it is rebuilt from its traces and plan.
+        Err(Error::CorruptProfile { path, why }) => match store.rebuild(&name, &text, &why) {
+            Ok(p) => {
+                eprintln!(
+                    "warmstart: {} did not parse ({why}); rebuilt the profile from its {} trace(s){}",
+                    path.display(),
+                    p.traces.len(),
+                    if p.phase == Phase::Prefetching { " and its plan" } else { "" }
+                );
+                p
+            }
+            Err(e) => {
+                return unmanaged(&format!(
+                    "{} did not parse ({why}), and rebuilding it failed: {e}",
+                    path.display()
+                ))
+            }
+        },
+        // Unreadable (permissions, I/O): left as it is.
+        Err(e) => return unmanaged(&e),
+    };
+    let mut report = LaunchReport::new(&name, prof.phase);
+    prof.launches += 1;
+
+    let in_place = |store: &Store| {
+        // A launch that could not be counted still runs.
+        let _ = store.count_launch_in_place(&name);
+        let source = warmstart_record::exec_in_place(program.as_deref(), argv);
+        Error::Spawn {
+            cmd: text.join(" "),
+            source,
+        }
+    };
+    let exit = match prof.phase {
+        Phase::Ignored if cfg.exec_in_place => return Err(in_place(&store)),
+        Phase::Ignored => plain_launch(argv)?.0,
+        Phase::Learning => match load_previous_plan(&store, &name) {
+            Some(plan) => prefetch(
+                argv,
+                &plan,
+                Launch::Relearn,
+                &store,
+                &mut prof,
+                cfg,
+                &mut report,
+            )?,
+            None => learn(argv, &store, &mut prof, cfg, &mut report)?,
+        },
+        // Do no harm: a launch whose plan is already in the page cache
+        // gains nothing from a replay and would only share its CPUs with
+        // it. An audited launch is replayed all the same.
+        Phase::Prefetching => {
+            let checks = !(cfg.audit || prof.audit_next);
+            // Without decoding the plan, from warm-check.json.
+            let quick = checks.then(|| quick_warm(&store, &name)).flatten();
+            if quick == Some(true) && cfg.exec_in_place {
+                return Err(in_place(&store));
+            }
+            match load_plan(&store, &name) {
+                Ok(plan) => {
+                    if checks && quick.is_none() {
+                        // Missing or unreadable (a plan older than it).
+                        save_warm_check(&store, &name, &plan);
+                    }
+                    let warm =
+                        checks && quick.unwrap_or_else(|| windows_cached(&warm_windows(&plan)));
+                    if warm && cfg.exec_in_place {
+                        return Err(in_place(&store));
+                    }
+                    let launch = Launch::Prefetch { warm };
+                    prefetch(argv, &plan, launch, &store, &mut prof, cfg, &mut report)?
+                }
+                Err(why) => {
+                    eprintln!("warmstart: {why}; launching without prefetching, and relearning");
+                    report.plan_problem = Some(why.clone());
+                    relearn(&mut prof, &store, why, false, &mut report);
+                    plain_launch(argv)?.0
+                }
+            }
+        }
+    };
+    report.phase_after = prof.phase;
+    report.exit_code = exit.shell_code();
+    report.wall_ms = start.elapsed().as_secs_f64() * 1e3;
+    // The launch has happened: a profile that cannot be saved (a full or
+    // read-only disk) is reported, and the command's status still returned.
+    if let Err(e) = store.save(&mut prof) {
+        eprintln!("warmstart: could not save the profile: {e}");
+    }
+    Ok((exit, report))
+}

@@ -1,0 +1,195 @@
+//! A launch with a plan: the strategy for its device, the replay started
+//! ahead of the application, and the launch itself.
+
+use std::ffi::OsString;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use warmstart_plan::Plan;
+use warmstart_record::{argv_text, Exit, HeldChild, SignalForwarder};
+use warmstart_replay::{Engine, RealBackend};
+
+use super::judge::judge;
+use super::learning::add_trace;
+use super::{Config, LaunchReport, Strategy, StrategyChoice};
+use crate::device::{self, DeviceCache};
+use crate::store::{Profile, Store};
+use crate::Error;
+
+/// The strategy for this plan: configured, or measured once per device.
+fn strategy(plan: &Plan, store: &Store, cfg: &Config) -> Strategy {
+    if let StrategyChoice::Fixed(s) = cfg.strategy {
+        return s;
+    }
+    let Some(big) = plan.files.iter().max_by_key(|f| f.id.size) else {
+        return Strategy::Concurrent;
+    };
+    let cache_path = store.root().join("devices.json");
+    let mut cache = DeviceCache::load(&cache_path);
+    if let Some(v) = cache.devices.get(&big.id.dev) {
+        return if v.rotational {
+            Strategy::Sorted
+        } else {
+            Strategy::Concurrent
+        };
+    }
+    match device::probe(Path::new(&big.path)) {
+        Some((dev, v)) => {
+            cache.devices.insert(dev, v);
+            cache.save(&cache_path);
+            if v.rotational {
+                Strategy::Sorted
+            } else {
+                Strategy::Concurrent
+            }
+        }
+        None => Strategy::Concurrent,
+    }
+}
+
+/// What a launch with a plan is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Launch {
+    /// Prefetched and judged; `warm`: the plan was found resident already.
+    Prefetch { warm: bool },
+    /// Recorded for a relearning profile, prefetched with its previous plan.
+    Relearn,
+}
+
+pub(super) fn prefetch(
+    argv: &[OsString],
+    plan: &Plan,
+    launch: Launch,
+    store: &Store,
+    prof: &mut Profile,
+    cfg: &Config,
+    report: &mut LaunchReport,
+) -> Result<Exit, Error> {
+    let relearning = launch == Launch::Relearn;
+    let do_audit = cfg.audit || prof.audit_next || relearning;
+    if launch == (Launch::Prefetch { warm: true }) {
+        report.warm_skip = true;
+        let (exit, inblock) = plain_launch(argv)?;
+        report.app_read_bytes = Some(inblock);
+        prof.launches_since_audit += 1;
+        return Ok(exit);
+    }
+    let strat = strategy(plan, store, cfg);
+    report.strategy = Some(strat);
+    let backend = RealBackend::new();
+    let mut ropts = cfg.replay.clone();
+    if strat == Strategy::Sorted {
+        // The application is held meanwhile: never for long. (A Python
+        // launch once waited the replay's default 30 s for pages that did
+        // not become resident.)
+        ropts.wait = Some(cfg.sorted_wait_max);
+    }
+    let engine = match Engine::new(&backend, ropts) {
+        Ok(e) => e,
+        Err(e) => {
+            report.plan_problem = Some(format!("replay not started: {e}"));
+            return Ok(plain_launch(argv)?.0);
+        }
+    };
+    let cancel = engine.cancel_flag();
+    let progress = engine.progress();
+    let io_entries = plan
+        .entries
+        .iter()
+        .filter(|e| !matches!(e, warmstart_plan::Entry::Lookup { .. }))
+        .count() as u64;
+
+    // The replay runs on its own threads, started before the exec; the
+    // sorted strategy waits for it to finish first.
+    let (exit, replay_report, audit) = std::thread::scope(|s| -> Result<_, Error> {
+        let mut running = None;
+        let mut done = None;
+        let mut held_ms = None;
+        let mut start = || {
+            let t0 = Instant::now();
+            let h = s.spawn(|| engine.run(plan).ok());
+            if strat == Strategy::Sorted {
+                done = h.join().ok().flatten();
+            } else {
+                // A head start: the application's very first reads would
+                // otherwise race the replay's first requests and win.
+                let t = Instant::now();
+                let want = cfg.head_start_requests.min(io_entries);
+                while progress.load(Ordering::Relaxed) < want
+                    && t.elapsed() < cfg.head_start
+                    && !h.is_finished()
+                {
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+                running = Some(h);
+            }
+            held_ms = Some(t0.elapsed().as_secs_f64() * 1e3);
+        };
+        let (exit, audit) = if do_audit {
+            let recorded = warmstart_record::record(argv, &cfg.record, |_| start())?;
+            let trace = recorded.trace.clone();
+            (
+                recorded
+                    .wait()
+                    .map_err(|e| Error::io(Path::new("wait"), e))?,
+                Some(trace),
+            )
+        } else {
+            start();
+            let (exit, inblock) = plain_launch(argv)?;
+            report.app_read_bytes = Some(inblock);
+            (exit, None)
+        };
+        report.held_ms = held_ms;
+        // Whatever the replay has not issued by now nobody needs.
+        cancel.store(true, Ordering::Relaxed);
+        if let Some(h) = running {
+            done = h.join().ok().flatten();
+        }
+        Ok((exit, done, audit))
+    })?;
+
+    if relearning {
+        report.replay = replay_report;
+        if let Some(t) = audit {
+            if let Err(e) = add_trace(&t, store, prof, cfg, report) {
+                eprintln!("warmstart: could not keep the trace: {e}");
+            }
+        }
+    } else {
+        judge(prof, store, plan, audit, replay_report, cfg, report);
+    }
+    Ok(exit)
+}
+
+/// Launches without recording. Returns the exit and the bytes the
+/// command's process tree read from storage (block input of waited-for
+/// children: the replay's own reads are this process's, not theirs).
+pub(crate) fn plain_launch(argv: &[OsString]) -> Result<(Exit, u64), Error> {
+    let before = children_inblock();
+    let held = HeldChild::spawn(argv).map_err(|source| Error::Spawn {
+        cmd: argv_text(argv).join(" "),
+        source,
+    })?;
+    let signals = SignalForwarder::install().map_err(|e| Error::io(Path::new("signals"), e))?;
+    let mut running = held.release().map_err(|source| Error::Spawn {
+        cmd: argv_text(argv).join(" "),
+        source,
+    })?;
+    let guard = signals.forward_in_background(running.pid());
+    let exit = running
+        .wait()
+        .map_err(|e| Error::io(Path::new("wait"), e))?;
+    drop(guard);
+    Ok((exit, (children_inblock() - before) * 512))
+}
+
+fn children_inblock() -> u64 {
+    // SAFETY: getrusage writes into the struct we pass.
+    unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru);
+        ru.ru_inblock as u64
+    }
+}
