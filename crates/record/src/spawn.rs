@@ -577,6 +577,12 @@ mod tests {
     /// Run in a process of its own (below): forwards while a command
     /// runs, then takes a signal the way a wrapper still at work would.
     fn signal_after_forwarding(sig: i32) -> ! {
+        // The forwarder restores what it found; start from the default, as
+        // a terminal's shell does (a run under `nohup` inherits SIGHUP
+        // ignored, and then ignoring it afterwards is right).
+        // SAFETY: resetting a signal's disposition in this single-purpose
+        // child process.
+        unsafe { libc::signal(sig, libc::SIG_DFL) };
         let argv = vec!["true".to_string()];
         let held = HeldChild::spawn(&argv).unwrap();
         let signals = SignalForwarder::install().unwrap();
