@@ -132,7 +132,7 @@ pub enum ReplayCpus {
     /// on a CPU nothing else wants, so it never takes CPU time from the
     /// program it prefetches for (the head start before the program runs
     /// is unaffected). For launches that keep both CPUs busy themselves,
-    /// such as a JVM's (see docs/launch-manager.md).
+    /// such as a JVM's (see docs/guide/run.md).
     Idle,
 }
 

@@ -43,7 +43,7 @@ fn root_daemon_learns_prefetches_relearns_and_obeys_policy() {
     // and audited by the daemon's own recording. It is held at its exec
     // until the daemon's replay has issued the plan: whether a replay that starts at exec
     // beats a program's first reads is a race on a shared machine (its
-    // latency is measured and reported below, and in docs/daemon.md);
+    // latency is measured and reported below, and in docs/guide/daemon.md);
     // what is asserted is that the daemon recognised the launch,
     // prefetched the right pages into the right files, and audited it.
     fs.evict();

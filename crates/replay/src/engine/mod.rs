@@ -17,13 +17,13 @@
 //!   does not wait for a multi-megabyte read around it.
 //! - Files are opened lazily, on their first request, and checked against
 //!   the identity they had when recorded; a stale plan must never make us
-//!   read the wrong bytes (DESIGN §4). A file's descriptor is closed as soon
+//!   read the wrong bytes (docs/reference/architecture.md). A file's descriptor is closed as soon
 //!   as its last request is issued, so large plans do not exhaust
 //!   descriptors.
 //! - Metadata goes first: each device's metadata entries are read before
 //!   the schedule, merged and in device order (see the `meta` module).
 //! - A memory guard stops before the remaining schedule would push
-//!   `MemAvailable` under a floor (DESIGN §5, "do no harm"); even with the
+//!   `MemAvailable` under a floor ("do no harm", docs/reference/architecture.md); even with the
 //!   guard off, a replay never reads more than the machine's memory.
 //! - A forged plan costs no more than a real one: data ranges are clamped
 //!   to their file's size, request counts are computed rather than
