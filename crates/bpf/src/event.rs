@@ -88,6 +88,8 @@ pub enum Event {
         /// event or could not be read: `/proc` has them, unless the
         /// process has exec'd again since.
         argv: Option<Vec<String>>,
+        /// The real uid the program runs as.
+        uid: u32,
     },
     /// An execve entered, before the kernel looked anything up (watching
     /// execs only). It may fail; [`Event::Exec`] follows if it does not.
@@ -255,6 +257,7 @@ impl Event {
                     ts_ns,
                     file: file_info(&e.file),
                     argv: exec_args(&e, data.len()),
+                    uid: e.uid,
                 })
             }
             8 | 10 => {

@@ -53,7 +53,11 @@ fn root_exec_events_carry_the_command_line() {
                 }
             }
             if let Event::Exec {
-                tgid, file, argv, ..
+                tgid,
+                file,
+                argv,
+                uid,
+                ..
             } = ev
             {
                 // The script's exec, then the same process's next one.
@@ -62,6 +66,8 @@ fn root_exec_events_carry_the_command_line() {
                     Some((first, _, _)) => *first == tgid,
                 };
                 if ours {
+                    // The test runs as root: so does what it execs.
+                    assert_eq!(uid, 0, "the exec event carries the real uid");
                     execs.push((tgid, file.path.absolute().unwrap_or_default(), argv));
                 }
             }

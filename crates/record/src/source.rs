@@ -376,6 +376,9 @@ pub fn parse_tracefs_line(line: &str) -> Option<Event> {
                 ts_ns,
                 file: exec_file(&path),
                 argv: None,
+                // tracefs's exec event has no uid; only the daemon, which
+                // records with eBPF, names profiles by user.
+                uid: u32::MAX,
             })
         }
         _ => None,

@@ -95,6 +95,10 @@ struct ev_exec {
 	struct ev_file file;
 	unsigned int args_len;
 	unsigned int args_truncated;
+	/* The real uid the new program runs as: profiles are per user, and a
+	 * short program may be gone from /proc before user space reads it. */
+	unsigned int uid;
+	unsigned int pad;
 	char args[WS_EXEC_ARGS];
 };
 

@@ -443,6 +443,8 @@ static __always_inline void emit_exec(struct task_struct *p, struct file *f)
 	u64 len = end > start ? end - start : 0;
 
 	x->args_len = 0;
+	x->uid = (u32)bpf_get_current_uid_gid();
+	x->pad = 0;
 	x->args_truncated = len >= WS_EXEC_ARGS;
 	if (len >= WS_EXEC_ARGS)
 		len = WS_EXEC_ARGS - 1;

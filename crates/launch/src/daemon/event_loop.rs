@@ -281,12 +281,13 @@ impl<S: EventSource> Loop<S> {
                     ts_ns,
                     file,
                     argv,
+                    uid,
                 } => {
                     let in_tree = self.owner.contains_key(tgid) || forked_here.contains(tgid);
                     if in_tree && !self.sessions.contains_key(tgid) {
                         continue; // a program started inside a launch
                     }
-                    if self.on_exec(*tgid, *ts_ns, file, argv.as_deref(), in_tree) {
+                    if self.on_exec(*tgid, *uid, *ts_ns, file, argv.as_deref(), in_tree) {
                         handled.insert(*tgid);
                     }
                 }
@@ -333,6 +334,7 @@ impl<S: EventSource> Loop<S> {
     fn on_exec(
         &mut self,
         tgid: u32,
+        uid: u32,
         ts_ns: u64,
         file: &warmstart_bpf::FileInfo,
         argv: Option<&[String]>,
@@ -377,6 +379,7 @@ impl<S: EventSource> Loop<S> {
             decide(
                 &ctx,
                 tgid,
+                uid,
                 &exe,
                 argv,
                 &mut started_early,

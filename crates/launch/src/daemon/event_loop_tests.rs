@@ -161,6 +161,7 @@ impl Harness {
         let pid = self.process();
         let now = monotonic_ns();
         self.step(vec![Event::Exec {
+            uid: me_uid(),
             tgid: pid,
             ts_ns: now,
             file: file_info(exe),
@@ -285,6 +286,7 @@ fn policy_decides_which_execs_are_followed() {
         let mut file = file_info(Path::new(SLEEP));
         file.path = ws_path(Path::new(exe));
         h.step(vec![Event::Exec {
+            uid: me_uid(),
             tgid: pid,
             ts_ns: monotonic_ns(),
             file,
@@ -313,6 +315,7 @@ fn children_belong_to_their_launch_and_the_daemon_is_never_followed() {
             comm: "sleep".into(),
         },
         Event::Exec {
+            uid: me_uid(),
             tgid: child,
             ts_ns: monotonic_ns(),
             file: file_info(Path::new(SLEEP)),
@@ -333,6 +336,7 @@ fn children_belong_to_their_launch_and_the_daemon_is_never_followed() {
     // The daemon's own execs are never a launch.
     let me = h.lp.me;
     h.step(vec![Event::Exec {
+        uid: me_uid(),
         tgid: me,
         ts_ns: monotonic_ns(),
         file: file_info(Path::new(SLEEP)),
@@ -438,6 +442,7 @@ fn naming_a_launchs_files_never_holds_the_profile_lock() {
     let unnamed = file_info(&h.data_file("gone", 4));
     h.step(vec![
         Event::Exec {
+            uid: me_uid(),
             tgid: pid,
             ts_ns: monotonic_ns(),
             file: file_info(&fifo),
@@ -548,6 +553,8 @@ fn a_plan_read_at_launch_is_read_at_normal_priority() {
         let decided = decide(
             &ctx,
             pid,
+            // SAFETY: getuid has no preconditions.
+            unsafe { libc::getuid() },
             SLEEP,
             Some(&argv),
             &mut None,
@@ -605,3 +612,9 @@ mod foresight;
 
 #[path = "registry_tests.rs"]
 mod registry;
+
+/// The uid the test's launches run as.
+fn me_uid() -> u32 {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() }
+}

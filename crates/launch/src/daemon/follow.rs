@@ -105,6 +105,7 @@ pub(super) struct Ctx<'a> {
 pub(super) fn decide(
     ctx: &Ctx,
     tgid: u32,
+    uid: u32,
     exe: &str,
     argv: Option<&[String]>,
     early: &mut Option<Early>,
@@ -147,7 +148,7 @@ pub(super) fn decide(
     // Named by the user (the learn list, or an allow glob): learned
     // however small it is.
     let listed = listed || dcfg.named_by_allow(&key);
-    let name = profile_name_for(launch_uid(Path::new("/proc"), tgid)?, &argv);
+    let name = profile_name_for(uid, &argv);
     // From memory: the cache holds every profile (a name it lacks has
     // none), and repairs are left to the checker.
     let known = cache.get(&name);

@@ -181,6 +181,7 @@ fn a_login_opens_a_window_and_launches_ending_in_it_stay_tracked_until_it_closes
     std::fs::create_dir_all(&pdir).unwrap();
     std::fs::write(pdir.join("sessionid"), "7").unwrap();
     h.step(vec![Event::Exec {
+        uid: me_uid(),
         tgid: login,
         ts_ns: monotonic_ns(),
         file: file_info(Path::new("/usr/bin/true")),
@@ -263,6 +264,7 @@ fn an_exec_chain_is_one_launch_of_its_last_program() {
     let pid = h.process();
     for (exe, argv) in [(SLEEP, ["sleep", "600"]), ("/usr/bin/true", ["true", "x"])] {
         h.step(vec![Event::Exec {
+            uid: me_uid(),
             tgid: pid,
             ts_ns: monotonic_ns(),
             file: file_info(Path::new(exe)),
@@ -370,4 +372,10 @@ fn state_names_are_the_preloaders_own() {
         let json = serde_json::to_value(&s).unwrap();
         assert_eq!(json.as_str(), Some(crate::daemon::idle::state_name(&s)));
     }
+}
+
+/// The uid the test's launches run as.
+fn me_uid() -> u32 {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() }
 }
