@@ -42,21 +42,7 @@ impl Daemon {
         .unwrap();
         let state = dir.join("state");
         let log = std::fs::File::create(dir.join("daemon.log")).unwrap();
-        let proc = Background::spawn(
-            Command::new(warmstart())
-                .arg("daemon")
-                .arg("--config")
-                .arg(&config)
-                .arg("--state-dir")
-                .arg(&state)
-                .arg("--socket")
-                .arg(&socket)
-                .stdout(Stdio::null())
-                .stderr(log),
-        );
-        wait_for("the daemon's socket", Duration::from_secs(20), || {
-            socket.exists()
-        });
+        let proc = spawn_daemon(&config, &state, &socket, log);
         Daemon {
             _proc: proc,
             state,
@@ -89,14 +75,6 @@ impl Daemon {
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
-}
-
-fn wait_for(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while !ok() {
-        assert!(t.elapsed() < timeout, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// Runs `cmd` with its output collected, killed (and the test failed) if

@@ -7,7 +7,7 @@
 mod util;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -16,14 +16,6 @@ use util::*;
 /// One test at a time: each drops the page cache, which would evict what
 /// the other's daemon preloaded.
 static SERIAL: Mutex<()> = Mutex::new(());
-
-fn wait_for(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while !ok() {
-        assert!(t.elapsed() < timeout, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
 
 fn json(p: &Path) -> serde_json::Value {
     std::fs::read(p)
@@ -88,21 +80,7 @@ fn root_daemon_preloads_an_evicted_program_while_idle() {
     .unwrap();
     let (state, socket) = (work.path().join("state"), work.path().join("sock"));
     let log = std::fs::File::create(work.path().join("daemon.log")).unwrap();
-    let daemon = Background::spawn(
-        Command::new(warmstart())
-            .arg("daemon")
-            .arg("--config")
-            .arg(&config)
-            .arg("--state-dir")
-            .arg(&state)
-            .arg("--socket")
-            .arg(&socket)
-            .stdout(Stdio::null())
-            .stderr(log),
-    );
-    wait_for("the daemon's socket", Duration::from_secs(20), || {
-        socket.exists()
-    });
+    let daemon = spawn_daemon(&config, &state, &socket, log);
     let log_text = || std::fs::read_to_string(work.path().join("daemon.log")).unwrap_or_default();
 
     // Learned until it has a plan.
@@ -221,21 +199,7 @@ fn root_daemon_records_boots_and_replays_their_plan() {
             .open(&log_path)
             .unwrap();
         let _ = std::fs::remove_file(&socket);
-        let daemon = Background::spawn(
-            Command::new(warmstart())
-                .arg("daemon")
-                .arg("--config")
-                .arg(&config)
-                .arg("--state-dir")
-                .arg(&state)
-                .arg("--socket")
-                .arg(&socket)
-                .stdout(Stdio::null())
-                .stderr(log),
-        );
-        wait_for("the daemon's socket", Duration::from_secs(20), || {
-            socket.exists()
-        });
+        let daemon = spawn_daemon(&config, &state, &socket, log);
         // What this boot starts: a program the policy does not follow,
         // reading the test file system cold.
         drop_caches();

@@ -225,14 +225,6 @@ fn root_exported_plan_is_prefetched_from_the_first_launch_elsewhere() {
     );
 }
 
-fn wait_for(what: &str, timeout: std::time::Duration, mut ok: impl FnMut() -> bool) {
-    let t = std::time::Instant::now();
-    while !ok() {
-        assert!(t.elapsed() < timeout, "timed out waiting for {what}");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-}
-
 #[test]
 fn root_a_plan_imported_while_the_daemon_runs_prefetches_its_first_launch() {
     if !require_root("root_a_plan_imported_while_the_daemon_runs_prefetches_its_first_launch") {

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::util::*;
 
@@ -46,21 +46,7 @@ impl Daemon {
             .append(true)
             .open(&log)
             .unwrap();
-        let proc = Background::spawn(
-            Command::new(warmstart())
-                .arg("daemon")
-                .arg("--config")
-                .arg(&config)
-                .arg("--state-dir")
-                .arg(&state)
-                .arg("--socket")
-                .arg(&socket)
-                .stdout(Stdio::null())
-                .stderr(log_file),
-        );
-        wait_for("the daemon's socket", Duration::from_secs(20), || {
-            socket.exists()
-        });
+        let proc = spawn_daemon(&config, &state, &socket, log_file);
         Daemon {
             _proc: proc,
             config,
@@ -153,14 +139,6 @@ pub fn self_read_pages(audit: &serde_json::Value, dir: &Path) -> u64 {
                 .collect::<Vec<_>>()
         })
         .sum()
-}
-
-pub fn wait_for(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while !ok() {
-        assert!(t.elapsed() < timeout, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 pub fn profile_dir(state: &Path, prefix: &str) -> Option<PathBuf> {

@@ -172,3 +172,36 @@ impl Drop for Background {
         let _ = self.0.wait();
     }
 }
+
+/// Waits, polling every 50 ms, until `ok` holds; fails the test naming
+/// `what` after `timeout`.
+pub fn wait_for(what: &str, timeout: std::time::Duration, mut ok: impl FnMut() -> bool) {
+    let t = std::time::Instant::now();
+    while !ok() {
+        assert!(t.elapsed() < timeout, "timed out waiting for {what}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// `warmstart daemon` with its own configuration, state directory and
+/// socket, its stderr to `log`; returns once its socket exists.
+pub fn spawn_daemon(config: &Path, state: &Path, socket: &Path, log: std::fs::File) -> Background {
+    let d = Background::spawn(
+        Command::new(warmstart())
+            .arg("daemon")
+            .arg("--config")
+            .arg(config)
+            .arg("--state-dir")
+            .arg(state)
+            .arg("--socket")
+            .arg(socket)
+            .stdout(std::process::Stdio::null())
+            .stderr(log),
+    );
+    wait_for(
+        "the daemon's socket",
+        std::time::Duration::from_secs(20),
+        || socket.exists(),
+    );
+    d
+}
