@@ -5,67 +5,15 @@
 //! learning launch there. A registry that is down leaves launches alone
 //! and is said in the log.
 
+mod registry_util;
 mod util;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use registry_util::*;
 use util::*;
-
-const REGISTRY: &str = "/usr/bin/docker-registry";
-
-/// A registry process, killed and reaped on drop.
-struct Registry {
-    child: Child,
-    addr: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Registry {
-    fn start() -> Registry {
-        let dir = tempfile::tempdir().unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let addr = format!("127.0.0.1:{port}");
-        let config = dir.path().join("config.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {addr}\n",
-                dir.path().join("storage").display()
-            ),
-        )
-        .unwrap();
-        let child = Command::new(REGISTRY)
-            .arg("serve")
-            .arg(&config)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("starting docker-registry");
-        let reg = Registry {
-            child,
-            addr,
-            _dir: dir,
-        };
-        // Ready when it accepts connections (it binds after loading).
-        wait_for("docker-registry to start", Duration::from_secs(20), || {
-            std::net::TcpStream::connect(&reg.addr).is_ok()
-        });
-        reg
-    }
-}
-
-impl Drop for Registry {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// `warmstart ARGS --state-dir STATE`, with no credential files of the
 /// machine's user.
@@ -112,7 +60,7 @@ fn root_daemon_pulls_a_plan_for_a_new_program_and_prefetches_its_next_launch() {
     if !Path::new(REGISTRY).exists() {
         panic!("{REGISTRY} is missing: apt-get install docker-registry (make deps does)");
     }
-    let reg = Registry::start();
+    let reg = Registry::start(None);
     let fs = LoopFs::new("ext4", 96);
     run_ok(Command::new(fixture()).arg("gen").arg(&fs.mnt));
     let work = tempfile::tempdir().unwrap();
