@@ -223,15 +223,9 @@ pub(crate) fn launch_key(tgid: u32, exe: &str, argv: &[String]) -> Option<(Vec<S
     if argv.is_empty() {
         return None;
     }
-    // A launch may be gone before the daemon reads it (a warm `cat` takes
-    // milliseconds): its events are recorded all the same, so a program
-    // named by an absolute path is still keyed and learned. Only a relative
-    // path needs the directory it was started in.
-    let cwd = match std::fs::read_link(format!("/proc/{tgid}/cwd")) {
-        Ok(cwd) => cwd,
-        Err(_) if argv[0].starts_with('/') => std::path::PathBuf::from("/"),
-        Err(_) => return None,
-    };
+    // Gone already (nothing to prefetch), or not ours to read: a relative
+    // path cannot be placed.
+    let cwd = std::fs::read_link(format!("/proc/{tgid}/cwd")).ok()?;
     // `./app` names the same program as `warmstart run -- ./app` did
     // where it was started, not a file relative to the daemon.
     if argv[0].contains('/') && !argv[0].starts_with('/') {
