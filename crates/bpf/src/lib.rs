@@ -211,6 +211,68 @@ impl Recorder {
         let _ = self.skel.maps.tracked.delete(&tgid.to_ne_bytes());
     }
 
+    /// Daemon mode: leaves the program `(dev, ino)` alone for `hold` when
+    /// a process nobody follows execs it (no trace, no event), and the
+    /// execve calls that name it by `name` (the path as the caller gave
+    /// it, absolute) when one is given. See `quiet_exe` in record.bpf.c.
+    pub fn quiet_program(
+        &self,
+        dev: u32,
+        ino: u64,
+        name: Option<&str>,
+        hold: Duration,
+    ) -> Result<(), Error> {
+        let until = monotonic_ns().saturating_add(hold.as_nanos() as u64);
+        let mut key = [0u8; 16];
+        key[..8].copy_from_slice(&ino.to_ne_bytes());
+        key[8..12].copy_from_slice(&dev.to_ne_bytes());
+        self.skel
+            .maps
+            .quiet_exe
+            .update(&key, &until.to_ne_bytes(), MapFlags::ANY)
+            .map_err(bpf_err("map update"))?;
+        // A name that does not fit (with its NUL) is not matched at all.
+        if let Some(name) = name.filter(|n| n.len() < QUIET_NAME_LEN) {
+            let mut key = [0u8; QUIET_NAME_LEN];
+            key[..name.len()].copy_from_slice(name.as_bytes());
+            self.skel
+                .maps
+                .quiet_name
+                .update(&key, &until.to_ne_bytes(), MapFlags::ANY)
+                .map_err(bpf_err("map update"))?;
+        }
+        Ok(())
+    }
+
+    /// Forgets every quiet program (the user asked for one to be learned).
+    pub fn clear_quiet(&self) {
+        for map in [&self.skel.maps.quiet_exe, &self.skel.maps.quiet_name] {
+            let keys: Vec<Vec<u8>> = map.keys().collect();
+            for k in keys {
+                let _ = map.delete(&k);
+            }
+        }
+    }
+
+    /// Whether quiet programs are left alone (off while everything must
+    /// be seen, as when a startup is recorded). Off when loaded.
+    pub fn set_quiet(&self, on: bool) -> Result<(), Error> {
+        self.skel
+            .maps
+            .quiet_on
+            .update(
+                &0u32.to_ne_bytes(),
+                &u32::from(on).to_ne_bytes(),
+                MapFlags::ANY,
+            )
+            .map_err(bpf_err("map update"))
+    }
+
+    /// Execs the kernel left alone because their program was quiet.
+    pub fn quieted(&self) -> u64 {
+        sum_percpu(&self.skel.maps.quieted)
+    }
+
     /// Waits up to `timeout` for events and appends what arrived to `out`.
     ///
     /// Most records are written without waking the reader (see WAKE_LATER
@@ -257,17 +319,36 @@ impl Recorder {
 
     /// Records the kernel had to drop because the ring buffer was full.
     pub fn drops(&self) -> u64 {
-        let key = 0u32.to_ne_bytes();
-        match self.skel.maps.drops.lookup_percpu(&key, MapFlags::ANY) {
-            Ok(Some(per_cpu)) => per_cpu
-                .iter()
-                .map(|v| {
-                    let mut b = [0u8; 8];
-                    b.copy_from_slice(&v[..8]);
-                    u64::from_ne_bytes(b)
-                })
-                .sum(),
-            _ => 0,
-        }
+        sum_percpu(&self.skel.maps.drops)
     }
+}
+
+/// The sum over CPUs of a one-entry per-CPU array of u64.
+fn sum_percpu(map: &dyn MapCore) -> u64 {
+    let key = 0u32.to_ne_bytes();
+    match map.lookup_percpu(&key, MapFlags::ANY) {
+        Ok(Some(per_cpu)) => per_cpu
+            .iter()
+            .map(|v| {
+                let mut b = [0u8; 8];
+                b.copy_from_slice(&v[..8]);
+                u64::from_ne_bytes(b)
+            })
+            .sum(),
+        _ => 0,
+    }
+}
+
+/// Length of a `quiet_name` key in record.bpf.c (WS_ARG_LEN).
+const QUIET_NAME_LEN: usize = 256;
+
+/// CLOCK_MONOTONIC in nanoseconds: the clock of bpf_ktime_get_ns().
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the call.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }

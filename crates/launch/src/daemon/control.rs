@@ -27,6 +27,10 @@ pub struct DaemonStatus {
     /// Where the daemon keeps its profiles.
     pub state_dir: PathBuf,
     pub execs_seen: u64,
+    /// Execs the kernel side left alone: programs found trivial, run
+    /// outside any followed launch (see `trivial_programs`).
+    #[serde(default)]
+    pub execs_quieted: u64,
     /// Replays started when an execve began, before its exec event.
     #[serde(default)]
     pub replays_at_execve: u64,

@@ -21,7 +21,7 @@ use super::follow::{
 };
 use super::foresight::Foresight;
 use super::learn::{finish, Fate, Learners};
-use super::policy::{script_prefix, Scripts};
+use super::policy::{script_prefix, QuietExe, Scripts};
 use super::registry::Registry;
 use super::tuning::Realtime;
 use super::Shared;
@@ -42,6 +42,15 @@ pub(crate) trait EventSource {
     fn untrack(&mut self, tgid: u32);
     /// Records the kernel side had to drop.
     fn drops(&self) -> u64;
+    /// Leaves a program alone for `hold` when a process nobody follows
+    /// execs it ([`QuietExe`]).
+    fn quiet(&mut self, q: &QuietExe, hold: Duration);
+    /// Forgets every quiet program.
+    fn clear_quiet(&mut self);
+    /// Whether quiet programs are left alone now.
+    fn set_quiet(&mut self, on: bool);
+    /// Execs left alone because their program was quiet.
+    fn quieted(&self) -> u64;
 }
 
 impl EventSource for warmstart_bpf::Recorder {
@@ -64,6 +73,23 @@ impl EventSource for warmstart_bpf::Recorder {
 
     fn drops(&self) -> u64 {
         warmstart_bpf::Recorder::drops(self)
+    }
+
+    fn quiet(&mut self, q: &QuietExe, hold: Duration) {
+        // Best effort: a full map only costs the wake-ups it would save.
+        let _ = self.quiet_program(q.dev, q.ino, q.name.as_deref(), hold);
+    }
+
+    fn clear_quiet(&mut self) {
+        warmstart_bpf::Recorder::clear_quiet(self);
+    }
+
+    fn set_quiet(&mut self, on: bool) {
+        let _ = warmstart_bpf::Recorder::set_quiet(self, on);
+    }
+
+    fn quieted(&self) -> u64 {
+        warmstart_bpf::Recorder::quieted(self)
     }
 }
 
@@ -117,6 +143,8 @@ pub(super) struct Loop<S: EventSource> {
     wake: Option<Duration>,
     /// Plans looked up for programs with no profile.
     pub(super) registry: Option<Registry>,
+    /// Whether the kernel side leaves quiet programs alone, as last set.
+    quiet_on: Option<bool>,
 }
 
 impl<S: EventSource> Loop<S> {
@@ -159,6 +187,7 @@ impl<S: EventSource> Loop<S> {
             launched: Vec::new(),
             wake: None,
             registry: None,
+            quiet_on: None,
         }
     }
 
@@ -234,6 +263,7 @@ impl<S: EventSource> Loop<S> {
                 self.src.untrack(tgid);
             }
         }
+        self.update_quiet();
         self.publish();
         Ok(())
     }
@@ -350,7 +380,14 @@ impl<S: EventSource> Loop<S> {
         }
         // A script run directly: its next execve can start the
         // interpreter's replay (see `start_early`).
-        if let (Some((name, given, _)), Some(now)) = (self.pending.remove(&tgid), argv) {
+        let pending = self.pending.remove(&tgid);
+        let quiet = QuietExe::of(
+            &exe,
+            file.dev,
+            file.ino,
+            pending.as_ref().map(|p| p.0.as_str()),
+        );
+        if let (Some((name, given, _)), Some(now)) = (pending, argv) {
             if let Some(prefix) = script_prefix(&name, &given, now) {
                 self.scripts.remember(tgid, &name, &exe, prefix);
             }
@@ -415,6 +452,7 @@ impl<S: EventSource> Loop<S> {
                         s.mode,
                         s.exec_ts_ns,
                     ) = (d.name, d.argv, d.trivial_key, d.listed, d.mode, ts_ns);
+                    s.quiet = quiet;
                     if !s.recorded() {
                         for m in &s.members {
                             self.src.track(*m, false);
@@ -446,7 +484,9 @@ impl<S: EventSource> Loop<S> {
                 }
                 self.foresight.launch_begins();
                 self.launched.push(tgid);
-                self.sessions.insert(tgid, new_session(tgid, d, ts_ns));
+                let mut s = new_session(tgid, d, ts_ns);
+                s.quiet = quiet;
+                self.sessions.insert(tgid, s);
             }
             (None, None) => {
                 self.status.ignored += 1;
@@ -586,12 +626,34 @@ impl<S: EventSource> Loop<S> {
         }
     }
 
+    /// Tells the kernel side which programs to leave alone: those found
+    /// trivial since the last batch; none while a startup is recorded,
+    /// whose every read is wanted.
+    fn update_quiet(&mut self) {
+        let on = !self.foresight.recording();
+        if self.quiet_on != Some(on) {
+            self.src.set_quiet(on);
+            self.quiet_on = Some(on);
+        }
+        let (new, released) = self.shared.trivial().take_quiet();
+        if released {
+            self.src.clear_quiet();
+        }
+        let now = Instant::now();
+        for (q, until) in new {
+            if until > now {
+                self.src.quiet(&q, until - now);
+            }
+        }
+    }
+
     /// The status the control thread answers with.
     fn publish(&mut self) {
         let st = &mut self.status;
         st.uptime_s = self.started.elapsed().as_secs_f64();
         st.active_sessions = self.sessions.len();
         st.drops = self.src.drops();
+        st.execs_quieted = self.src.quieted();
         st.exec_to_replay_us = percentiles(&self.latencies);
         st.exec_to_first_request_us = percentiles(&self.first_requests);
         st.start_to_first_request_us = percentiles(&self.reactions);

@@ -14,6 +14,7 @@ use warmstart_replay::monotonic_ns;
 use super::*;
 use crate::daemon::cache::Cache;
 use crate::daemon::control::{handle, Reply, Request};
+use crate::daemon::policy::Trivial;
 use crate::daemon::{config, manager_config, LearnMode};
 use crate::profile_name;
 use crate::store::Phase;
@@ -26,6 +27,9 @@ struct Fake {
     /// Followed processes: `true` with their pages.
     tracked: HashMap<u32, bool>,
     untracked: Vec<u32>,
+    /// Programs the kernel side was told to leave alone, and for how long.
+    quiet: Vec<(QuietExe, Duration)>,
+    quiet_on: bool,
 }
 
 impl EventSource for Fake {
@@ -41,6 +45,18 @@ impl EventSource for Fake {
         self.untracked.push(tgid);
     }
     fn drops(&self) -> u64 {
+        0
+    }
+    fn quiet(&mut self, q: &QuietExe, hold: Duration) {
+        self.quiet.push((q.clone(), hold));
+    }
+    fn clear_quiet(&mut self) {
+        self.quiet.clear();
+    }
+    fn set_quiet(&mut self, on: bool) {
+        self.quiet_on = on;
+    }
+    fn quieted(&self) -> u64 {
         0
     }
 }
@@ -368,6 +384,21 @@ fn a_storm_of_trivial_launches_creates_no_profile() {
     assert_eq!(h.lp.status.launches_learned, 1);
     assert_eq!(h.lp.status.ignored, 20);
     assert_eq!(h.lp.status.trivial_programs, 1);
+    // The kernel side was told to leave the program alone, by the
+    // identity of its binary, for as long as it is held.
+    let id = file_info(exe);
+    assert!(h.lp.src.quiet_on);
+    assert_eq!(h.lp.src.quiet.len(), 1, "{:?}", h.lp.src.quiet);
+    let (q, hold) = &h.lp.src.quiet[0];
+    assert_eq!((q.dev, q.ino), (id.dev, id.ino));
+    assert!(*hold > Trivial::HOLD - Duration::from_secs(60) && *hold <= Trivial::HOLD);
+    // A trivial inline script does not quiet its interpreter.
+    let py = Path::new("/usr/bin/python3");
+    if py.exists() {
+        h.launch(py, &["python3", "-c", "pass"], &data, 8, true);
+        h.step(vec![]);
+        assert_eq!(h.lp.src.quiet.len(), 1, "{:?}", h.lp.src.quiet);
+    }
     // A launch that uses enough data is learned even if short.
     let big = h.data_file("big.so", 8192);
     h.launch(Path::new(SLEEP), &["sleep", "600"], &big, 2048, true);
@@ -385,6 +416,13 @@ fn a_storm_of_trivial_launches_creates_no_profile() {
         &h.lp.cfg,
     );
     assert!(matches!(reply, Reply::Learned { .. }), "{reply:?}");
+    // The kernel side forgets it at once, so its next exec is seen.
+    h.step(vec![]);
+    assert!(
+        !h.lp.src.quiet.iter().any(|(q, _)| q.ino == id.ino),
+        "{:?}",
+        h.lp.src.quiet
+    );
     let pid = h.launch(exe, &["true"], &data, 8, false);
     assert_eq!(h.lp.src.tracked.get(&pid), Some(&true));
     h.exit(pid);

@@ -16,7 +16,8 @@ use super::cache::{Cache, Check};
 use super::config::DaemonConfig;
 use super::control::SessionStatus;
 use super::policy::{
-    is_service, launch_key, launch_uid, read_cmdline, started_by_warmstart, trivial_key, Scripts,
+    is_service, launch_key, launch_uid, read_cmdline, started_by_warmstart, trivial_key, QuietExe,
+    Scripts,
 };
 use super::tuning::{leave_realtime, spawn_here};
 use super::Shared;
@@ -58,6 +59,8 @@ pub(super) struct Session {
     /// was decided: then it is learned even if trivial.
     pub(super) trivial_key: String,
     pub(super) listed: bool,
+    /// What the kernel side may leave alone if the launch proves trivial.
+    pub(super) quiet: Option<QuietExe>,
     pub(super) agg: Aggregator,
     pub(super) members: HashSet<u32>,
     pub(super) mode: Mode,
@@ -460,6 +463,7 @@ pub(super) fn new_session(tgid: u32, d: Decision, exec_ts_ns: u64) -> Session {
         argv: d.argv,
         trivial_key: d.trivial_key,
         listed: d.listed,
+        quiet: None,
         mode: d.mode,
         agg: Aggregator::new(Path::new("/"), tgid).already_execed(),
         members: HashSet::from([tgid]),

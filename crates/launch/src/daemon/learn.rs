@@ -32,6 +32,7 @@ pub(super) struct Finished {
     pub(super) argv: Vec<String>,
     pub(super) trivial_key: String,
     pub(super) listed: bool,
+    pub(super) quiet: Option<super::policy::QuietExe>,
     pub(super) started: Instant,
     pub(super) trace: Trace,
     pub(super) outcome: Outcome,
@@ -103,6 +104,7 @@ pub(super) fn name_launch(s: Session, drops: u64) -> Finished {
         argv: s.argv,
         trivial_key: s.trivial_key,
         listed: s.listed,
+        quiet: s.quiet,
         started: s.started,
         outcome,
     }
@@ -144,7 +146,9 @@ pub(super) fn finish(
         && !f.listed
         && !dcfg.worth_learning(&f.trace.stats)
     {
-        shared.trivial().mark(&f.trivial_key, Instant::now());
+        shared
+            .trivial()
+            .mark(&f.trivial_key, f.quiet, Instant::now());
         return Ok(Fate::Trivial);
     }
     // One writer per profile: a `warmstart run` of the same command holds

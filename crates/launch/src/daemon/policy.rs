@@ -64,7 +64,44 @@ impl DaemonConfig {
 /// recording another launch. Bounded, so that a machine running many
 /// distinct tools does not grow it without end.
 #[derive(Default)]
-pub(crate) struct Trivial(HashMap<String, Instant>);
+pub(crate) struct Trivial {
+    until: HashMap<String, (Instant, Option<QuietExe>)>,
+    /// Programs found trivial since the event loop last looked, and until
+    /// when: it tells the kernel side to leave them alone ([`QuietExe`]).
+    quiet: Vec<(QuietExe, Instant)>,
+    /// A held program was let go: the kernel side forgets them all.
+    released: bool,
+}
+
+/// A program the kernel side leaves alone while it is held as trivial:
+/// its executable's identity, and the path an execve named it by (its
+/// `execve` calls are not reported either). Only for programs whose
+/// launches are named by their binary: an interpreter's are named by the
+/// script or command line it runs ([`trivial_key`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct QuietExe {
+    /// The kernel's `s_dev` of the executable's file system, as exec
+    /// events carry it.
+    pub(crate) dev: u32,
+    pub(crate) ino: u64,
+    /// Absolute path as given to execve, if the daemon saw it.
+    pub(crate) name: Option<String>,
+}
+
+impl QuietExe {
+    /// What the kernel side can leave alone of a launch of `exe`, if
+    /// anything: nothing for an interpreter, whose launches differ by
+    /// what it runs.
+    pub(crate) fn of(exe: &str, dev: u32, ino: u64, execve_name: Option<&str>) -> Option<Self> {
+        interpreter(exe).is_none().then(|| QuietExe {
+            dev,
+            ino,
+            name: execve_name
+                .filter(|n| n.starts_with('/'))
+                .map(str::to_string),
+        })
+    }
+}
 
 impl Trivial {
     /// How long a trivial program is left alone before one launch of it
@@ -72,26 +109,54 @@ impl Trivial {
     pub(crate) const HOLD: Duration = Duration::from_secs(3600);
     const MAX: usize = 4096;
 
-    pub(crate) fn mark(&mut self, key: &str, now: Instant) {
-        if self.0.len() >= Self::MAX && !self.0.contains_key(key) {
-            self.0.retain(|_, until| *until > now);
-            if self.0.len() >= Self::MAX {
-                self.0.clear();
+    /// Holds `key` back for [`Self::HOLD`], and its program in the kernel
+    /// too when it can be told by its binary.
+    pub(crate) fn mark(&mut self, key: &str, quiet: Option<QuietExe>, now: Instant) {
+        if self.until.len() >= Self::MAX && !self.until.contains_key(key) {
+            self.until.retain(|_, (until, _)| *until > now);
+            if self.until.len() >= Self::MAX {
+                self.until.clear();
             }
         }
-        self.0.insert(key.to_string(), now + Self::HOLD);
+        let until = now + Self::HOLD;
+        if let Some(q) = &quiet {
+            if self.quiet.len() < Self::MAX {
+                self.quiet.push((q.clone(), until));
+            }
+        }
+        self.until.insert(key.to_string(), (until, quiet));
     }
 
     pub(crate) fn holds(&self, key: &str, now: Instant) -> bool {
-        self.0.get(key).is_some_and(|until| *until > now)
+        self.until.get(key).is_some_and(|(until, _)| *until > now)
     }
 
+    /// Lets `key` go (the user asked for it): the kernel side forgets the
+    /// quiet programs and is told again of the others, so that this one's
+    /// next exec is seen.
     pub(crate) fn remove(&mut self, key: &str) {
-        self.0.remove(key);
+        if self.until.remove(key).is_none() {
+            return;
+        }
+        self.released = true;
+        self.quiet = self
+            .until
+            .values()
+            .filter_map(|(until, q)| Some((q.clone()?, *until)))
+            .collect();
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.0.len()
+        self.until.len()
+    }
+
+    /// Programs to quiet since the last call, and whether every quiet
+    /// program must be forgotten first.
+    pub(crate) fn take_quiet(&mut self) -> (Vec<(QuietExe, Instant)>, bool) {
+        (
+            std::mem::take(&mut self.quiet),
+            std::mem::take(&mut self.released),
+        )
     }
 }
 
@@ -526,14 +591,55 @@ mod tests {
     fn trivial_programs_are_held_for_a_while_and_bounded() {
         let mut t = Trivial::default();
         let now = Instant::now();
-        t.mark("/usr/bin/true", now);
+        t.mark("/usr/bin/true", None, now);
         assert!(t.holds("/usr/bin/true", now));
         assert!(!t.holds("/usr/bin/ls", now));
         assert!(!t.holds("/usr/bin/true", now + Trivial::HOLD));
         for i in 0..Trivial::MAX + 10 {
-            t.mark(&format!("/bin/p{i}"), now);
+            t.mark(&format!("/bin/p{i}"), None, now);
         }
         assert!(t.len() <= Trivial::MAX);
+    }
+
+    #[test]
+    fn only_programs_named_by_their_binary_are_quieted_in_the_kernel() {
+        let q = QuietExe::of("/usr/bin/true", 7, 42, Some("/bin/true")).unwrap();
+        assert_eq!(
+            (q.dev, q.ino, q.name.as_deref()),
+            (7, 42, Some("/bin/true"))
+        );
+        // A relative execve path names another file in another directory.
+        assert_eq!(
+            QuietExe::of("/usr/bin/true", 7, 42, Some("./true"))
+                .unwrap()
+                .name,
+            None
+        );
+        // An interpreter's launches differ by what it runs.
+        assert_eq!(QuietExe::of("/usr/bin/python3.13", 7, 43, None), None);
+        assert_eq!(QuietExe::of("/usr/bin/dash", 7, 44, Some("/bin/sh")), None);
+    }
+
+    #[test]
+    fn letting_one_program_go_requiets_the_others() {
+        let mut t = Trivial::default();
+        let now = Instant::now();
+        let q = |ino| QuietExe::of("/usr/bin/x", 1, ino, None);
+        t.mark("/usr/bin/true", q(1), now);
+        t.mark("/usr/bin/ls", q(2), now);
+        t.mark("/usr/bin/python3 -c pass", None, now);
+        let (new, released) = t.take_quiet();
+        assert_eq!(new.len(), 2);
+        assert!(!released);
+        assert_eq!(t.take_quiet(), (vec![], false), "told once");
+        // Unknown keys change nothing.
+        t.remove("/usr/bin/cat");
+        assert_eq!(t.take_quiet(), (vec![], false));
+        t.remove("/usr/bin/true");
+        let (again, released) = t.take_quiet();
+        assert!(released, "the kernel side forgets them all");
+        assert_eq!(again, vec![(q(2).unwrap(), now + Trivial::HOLD)]);
+        assert!(!t.holds("/usr/bin/true", now));
     }
 
     #[test]
