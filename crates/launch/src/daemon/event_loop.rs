@@ -105,6 +105,11 @@ pub(super) const IDLE_POLL: Duration = Duration::from_secs(1);
 /// milliseconds every 20 ms.
 const RECENT_LAUNCHES: usize = 4096;
 
+/// How long after exec'ing `warmstart run` a process's next exec is taken
+/// for the wrapped program run in `run`'s place: `run` decides within
+/// milliseconds (a large plan's residency check within a second).
+const RUN_EXECS_IN_PLACE: Duration = Duration::from_secs(10);
+
 /// The event loop's state between batches.
 pub(super) struct Loop<S: EventSource> {
     pub(super) src: S,
@@ -145,6 +150,16 @@ pub(super) struct Loop<S: EventSource> {
     pub(super) registry: Option<Registry>,
     /// Whether the kernel side leaves quiet programs alone, as last set.
     quiet_on: Option<bool>,
+    /// Processes that exec'd `warmstart run`, and when: their next exec
+    /// is the wrapped program run in `run`'s own place (its plan was
+    /// resident), a launch that `run` counts itself.
+    runs: HashMap<u32, Instant>,
+    /// The identity (dev, ino) of the daemon's own binary.
+    self_exe: Option<(u64, u64)>,
+    /// Process trees left to `warmstart run` (a program it exec'd in its
+    /// place, and its children, followed for their forks and exits only):
+    /// none of their execs is a launch of the daemon's.
+    left: HashSet<u32>,
 }
 
 impl<S: EventSource> Loop<S> {
@@ -188,6 +203,11 @@ impl<S: EventSource> Loop<S> {
             wake: None,
             registry: None,
             quiet_on: None,
+            runs: HashMap::new(),
+            left: HashSet::new(),
+            self_exe: warmstart_sys::open::inspect("/proc/self/exe", true)
+                .ok()
+                .map(|(id, _)| (id.dev, id.ino)),
         }
     }
 
@@ -227,6 +247,9 @@ impl<S: EventSource> Loop<S> {
         }
         self.pending
             .retain(|_, p| p.2.elapsed() < Duration::from_secs(1));
+        if !self.runs.is_empty() {
+            self.runs.retain(|_, at| at.elapsed() < RUN_EXECS_IN_PLACE);
+        }
         // An execve that failed has no exec event: its replay stops.
         self.early.retain(|_, e| {
             let keep = e.at.elapsed() < Duration::from_secs(1);
@@ -288,6 +311,22 @@ impl<S: EventSource> Loop<S> {
                     parent_tgid,
                     child_tgid,
                     ..
+                } if self.left.contains(parent_tgid) => {
+                    self.left.insert(*child_tgid);
+                }
+                Event::Exit { tgid, .. } if self.left.contains(tgid) => {
+                    self.left.remove(tgid);
+                }
+                Event::ExecStart { tgid, .. } if self.left.contains(tgid) => {}
+                Event::Exec { tgid, .. } if self.left.contains(tgid) => {
+                    // Each exec makes the kernel side record a process's
+                    // pages again: back to its tree only.
+                    self.src.track(*tgid, false);
+                }
+                Event::Fork {
+                    parent_tgid,
+                    child_tgid,
+                    ..
                 } if self.owner.contains_key(parent_tgid) || forked_here.contains(parent_tgid) => {
                     forked_here.insert(*child_tgid);
                 }
@@ -328,6 +367,9 @@ impl<S: EventSource> Loop<S> {
     }
 
     fn on_exec_start(&mut self, tgid: u32, ts_ns: u64, filename: &str, argv: &[String]) {
+        if self.runs.contains_key(&tgid) {
+            return; // `run` execs its program: its launch
+        }
         // An earlier execve of it failed (execvp tries each directory of
         // PATH): its replay is not needed.
         if let Some(e) = self.early.remove(&tgid) {
@@ -371,6 +413,27 @@ impl<S: EventSource> Loop<S> {
         in_tree: bool,
     ) -> bool {
         let exe = file.path.absolute().unwrap_or_default();
+        // `warmstart run`, and the program it execs in its own place
+        // (it counts that launch itself), are not the daemon's launches.
+        if self.skip_wrapped && !in_tree {
+            let run = self.is_run(file, argv);
+            let in_place = !run && self.runs.remove(&tgid).is_some();
+            if run || in_place {
+                if run {
+                    self.runs.insert(tgid, Instant::now());
+                }
+                self.status.ignored += 1;
+                if in_place {
+                    // Its tree is followed, so that the programs it starts
+                    // are known as its own.
+                    self.left.insert(tgid);
+                    self.src.track(tgid, false);
+                } else if !self.foresight.recording() {
+                    self.src.untrack(tgid);
+                }
+                return true;
+            }
+        }
         // A script that is no longer run as it was (replaced by a program,
         // a new interpreter): forgotten.
         if let Some((script, expected)) = self.early.get(&tgid).and_then(|e| e.script.as_ref()) {
@@ -624,6 +687,22 @@ impl<S: EventSource> Loop<S> {
                 }
             });
         }
+    }
+
+    /// Whether an exec is of `warmstart run` (this binary).
+    fn is_run(&self, file: &warmstart_bpf::FileInfo, argv: Option<&[String]>) -> bool {
+        let id = (
+            warmstart_record::resolve::kdev_to_user(file.dev as u64),
+            file.ino,
+        );
+        self.self_exe == Some(id)
+            && argv.is_some_and(|a| {
+                a.iter()
+                    .skip(1)
+                    .find(|a| !a.starts_with('-'))
+                    .map(String::as_str)
+                    == Some("run")
+            })
     }
 
     /// Tells the kernel side which programs to leave alone: those found

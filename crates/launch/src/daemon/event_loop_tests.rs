@@ -656,3 +656,70 @@ fn me_uid() -> u32 {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() }
 }
+
+#[test]
+fn a_program_run_execs_in_its_place_is_left_to_run() {
+    let mut h = harness(|_| {});
+    h.lp.skip_wrapped = true;
+    // This test's binary stands in for warmstart.
+    let me = std::env::current_exe().unwrap();
+    let id = file_info(&me);
+    h.lp.self_exe = Some((std::fs::metadata(&me).unwrap().dev(), id.ino));
+    let data = h.data_file("lib.so", 256);
+    let exec = |pid: u32, file: FileInfo, argv: &[&str]| Event::Exec {
+        uid: me_uid(),
+        tgid: pid,
+        ts_ns: monotonic_ns(),
+        file,
+        argv: Some(argv.iter().map(|s| s.to_string()).collect()),
+    };
+    // `warmstart run -- sleep 600`, which found its plan resident and
+    // exec'd the program in its own process: not a launch of the daemon's.
+    let pid = h.process();
+    h.step(vec![exec(
+        pid,
+        id.clone(),
+        &["warmstart", "run", "--", "sleep", "600"],
+    )]);
+    h.step(vec![exec(
+        pid,
+        file_info(Path::new(SLEEP)),
+        &["sleep", "600"],
+    )]);
+    assert!(h.lp.sessions.is_empty());
+    // Its tree stays followed, for forks and exits only: a program it
+    // starts is its own, not a launch.
+    assert_eq!(h.lp.src.tracked.get(&pid), Some(&false));
+    let child = h.process();
+    h.step(vec![Event::Fork {
+        parent_tgid: pid,
+        child_tgid: child,
+        ts_ns: monotonic_ns(),
+        comm: "sleep".into(),
+    }]);
+    h.step(vec![exec(
+        child,
+        file_info(Path::new(SLEEP)),
+        &["sleep", "1"],
+    )]);
+    assert!(h.lp.sessions.is_empty());
+    assert_eq!(h.lp.src.tracked.get(&child), Some(&false));
+    h.step(vec![Event::Exit {
+        tgid: child,
+        ts_ns: monotonic_ns(),
+    }]);
+    assert!(!h.lp.left.contains(&child));
+    // Another command of the same binary is no `run`: the process's
+    // next program is a launch like any other.
+    let other = h.process();
+    h.step(vec![exec(other, id, &["warmstart", "--quiet", "status"])]);
+    h.step(vec![exec(
+        other,
+        file_info(Path::new(SLEEP)),
+        &["sleep", "600"],
+    )]);
+    assert!(h.lp.sessions.contains_key(&other));
+    // And a plain launch is followed as before.
+    let plain = h.launch(Path::new(SLEEP), &["sleep", "600"], &data, 8, false);
+    assert!(h.lp.sessions.contains_key(&plain));
+}
