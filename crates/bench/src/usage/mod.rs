@@ -114,6 +114,10 @@ pub struct UsageArgs {
     /// Write the machine, the method and the tables as Markdown.
     #[arg(long, value_name = "FILE")]
     pub export_markdown: Option<PathBuf>,
+    /// Keep each mode's prefetcher state, config and log in DIR/MODE
+    /// (emptied at the mode's start) instead of removing them.
+    #[arg(long, value_name = "DIR")]
+    pub keep_state: Option<PathBuf>,
 }
 
 /// Runs `warmstart bench usage`; returns the exit code.
@@ -228,6 +232,7 @@ pub fn run(args: UsageArgs, quiet: bool) -> Result<i32> {
         preload_bin: preload_bin.as_deref(),
         allow: allow.as_deref(),
         disks: &disks,
+        keep: args.keep_state.as_deref(),
         ignore_failure: args.ignore_failure,
         quiet,
     };
@@ -372,6 +377,7 @@ struct Run<'a> {
     preload_bin: Option<&'a Path>,
     allow: Option<&'a [String]>,
     disks: &'a [String],
+    keep: Option<&'a Path>,
     ignore_failure: bool,
     quiet: bool,
 }
@@ -381,7 +387,7 @@ type ModeOutput = (Vec<LaunchResult>, Vec<BootResult>, Vec<probe::Sample>);
 impl Run<'_> {
     /// Every boot of the log in `mode`, with a state directory of its own.
     fn mode(&self, mode: Mode) -> Result<ModeOutput> {
-        let dir = ModeDir::new(mode)?;
+        let dir = ModeDir::new(mode, self.keep)?;
         let config = prefetcher::daemon_config(mode, self.allow);
         let origin = Instant::now();
         let mut out: ModeOutput = Default::default();

@@ -104,13 +104,27 @@ pub fn daemon_config(mode: Mode, allow: Option<&[String]>) -> String {
 }
 
 /// A mode's files: the prefetcher's state (kept across the mode's boots),
-/// config, socket and log. Removed when dropped.
-pub struct ModeDir {
-    dir: tempfile::TempDir,
+/// config, socket and log. A temporary directory, removed when dropped,
+/// unless the run keeps them (`--keep-state`).
+pub enum ModeDir {
+    Temp(tempfile::TempDir),
+    Kept(PathBuf),
 }
 
 impl ModeDir {
-    pub fn new(mode: Mode) -> Result<ModeDir> {
+    /// A fresh directory for `mode`: `keep/MODE` (emptied first) when
+    /// kept, else a temporary one.
+    pub fn new(mode: Mode, keep: Option<&Path>) -> Result<ModeDir> {
+        if let Some(k) = keep {
+            let d = k.join(mode.name());
+            match std::fs::remove_dir_all(&d) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e).with_context(|| format!("emptying {}", d.display())),
+            }
+            std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
+            return Ok(ModeDir::Kept(d));
+        }
         // On disk, not tmpfs: /var/tmp, as the daemon's state would be.
         let prefix = format!("warmstart-usage-{mode}-");
         let dir = tempfile::Builder::new()
@@ -118,15 +132,19 @@ impl ModeDir {
             .tempdir_in("/var/tmp")
             .or_else(|_| tempfile::Builder::new().prefix(&prefix).tempdir())
             .context("creating the mode's state directory")?;
-        Ok(ModeDir { dir })
+        Ok(ModeDir::Temp(dir))
     }
 
+    /// The prefetcher's state directory.
     pub fn state(&self) -> PathBuf {
-        self.dir.path().join("state")
+        self.path().join("state")
     }
 
     pub fn path(&self) -> &Path {
-        self.dir.path()
+        match self {
+            ModeDir::Temp(t) => t.path(),
+            ModeDir::Kept(p) => p,
+        }
     }
 }
 
