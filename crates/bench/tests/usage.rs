@@ -63,6 +63,14 @@ fn root_usage_replays_a_log_in_every_mode() {
     let json = d.path().join("out.json");
     let md = d.path().join("out.md");
     let kept = d.path().join("state");
+    // Startup windows that close within seconds, and a startup plan from
+    // one startup: the second boot replays what the first recorded.
+    let daemon_config = d.path().join("daemon.toml");
+    std::fs::write(
+        &daemon_config,
+        "[startup]\nquiet_s = 1.0\nmax_s = 4.0\nmin_traces = 1\n",
+    )
+    .unwrap();
     let out = Command::new(bench)
         .arg("usage")
         .arg("--log")
@@ -77,6 +85,8 @@ fn root_usage_replays_a_log_in_every_mode() {
         .arg(&md)
         .arg("--keep-state")
         .arg(&kept)
+        .arg("--daemon-config")
+        .arg(&daemon_config)
         .env("WARMSTART_BENCH_BIN", &warmstart)
         .output()
         .unwrap();
@@ -165,7 +175,21 @@ fn root_usage_replays_a_log_in_every_mode() {
                 })
                 .sum();
             assert!(followed >= 1, "{m}: {boots:#?}");
+            for b in boots.iter().filter(|b| b["mode"] == m) {
+                assert_eq!(b["daemon"]["finished"], true, "{b}");
+            }
             assert!(kept.join(m).join("state/profiles").is_dir(), "{m}");
+        }
+        // With startup plans on, each boot's startup was recorded before
+        // the daemon stopped, and the second boot replayed the first's.
+        let predict: Vec<&serde_json::Value> =
+            boots.iter().filter(|b| b["mode"] == "predict").collect();
+        for b in &predict {
+            assert_eq!(b["daemon"]["startups_recorded"], 1, "{b}");
+        }
+        assert_eq!(predict[1]["daemon"]["startup_replays"], 1, "{predict:#?}");
+        for b in boots.iter().filter(|b| b["mode"] == "launch-only") {
+            assert_eq!(b["daemon"]["startups_recorded"], 0, "{b}");
         }
         // predict keeps a launch history across boots; launch-only has
         // prediction off, so it keeps none.

@@ -114,6 +114,11 @@ pub struct UsageArgs {
     /// Write the machine, the method and the tables as Markdown.
     #[arg(long, value_name = "FILE")]
     pub export_markdown: Option<PathBuf>,
+    /// A TOML file of daemon settings (config.toml keys) added to every
+    /// daemon mode's config; each mode's own switches (`predict_launches`,
+    /// `[startup] enabled`, `[preload] enabled`) still win.
+    #[arg(long, value_name = "FILE")]
+    pub daemon_config: Option<PathBuf>,
     /// Keep each mode's prefetcher state, config and log in DIR/MODE
     /// (emptied at the mode's start) instead of removing them.
     #[arg(long, value_name = "DIR")]
@@ -222,6 +227,16 @@ pub fn run(args: UsageArgs, quiet: bool) -> Result<i32> {
         Some(keys)
     };
 
+    let extra = match &args.daemon_config {
+        Some(p) => {
+            let text =
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            let t: toml::Table =
+                toml::from_str(&text).with_context(|| format!("in {}", p.display()))?;
+            Some(t)
+        }
+        None => None,
+    };
     let machine = crate::machine::Machine::probe();
     let disks = probe::read_disks(&machine.root_device);
     let run = Run {
@@ -231,6 +246,7 @@ pub fn run(args: UsageArgs, quiet: bool) -> Result<i32> {
         warmstart_bin: warmstart_bin.as_deref(),
         preload_bin: preload_bin.as_deref(),
         allow: allow.as_deref(),
+        extra: extra.as_ref(),
         disks: &disks,
         keep: args.keep_state.as_deref(),
         ignore_failure: args.ignore_failure,
@@ -376,6 +392,7 @@ struct Run<'a> {
     warmstart_bin: Option<&'a Path>,
     preload_bin: Option<&'a Path>,
     allow: Option<&'a [String]>,
+    extra: Option<&'a toml::Table>,
     disks: &'a [String],
     keep: Option<&'a Path>,
     ignore_failure: bool,
@@ -388,7 +405,8 @@ impl Run<'_> {
     /// Every boot of the log in `mode`, with a state directory of its own.
     fn mode(&self, mode: Mode) -> Result<ModeOutput> {
         let dir = ModeDir::new(mode, self.keep)?;
-        let config = prefetcher::daemon_config(mode, self.allow);
+        let config = prefetcher::daemon_config(mode, self.allow, self.extra);
+        let limit = prefetcher::stop_limit(self.extra);
         let origin = Instant::now();
         let mut out: ModeOutput = Default::default();
         for (i, boot) in self.boots.iter().enumerate() {
@@ -415,7 +433,23 @@ impl Run<'_> {
             );
             let launched = self.launches(mode, i, boot, measured, origin);
             out.2.extend(sampler.stop());
-            let status = pf.stop().with_context(|| format!("boot {}", i + 1))?;
+            let window = matches!(mode, Mode::Startup | Mode::Predict);
+            let (status, quiet) = pf
+                .stop(window, limit)
+                .with_context(|| format!("boot {}", i + 1))?;
+            if !quiet {
+                eprintln!(
+                    "warmstart: warning: {mode} boot {}: the daemon was still {} after {:.0} s; \
+                     stopped anyway",
+                    i + 1,
+                    if window {
+                        "learning or recording the startup"
+                    } else {
+                        "learning"
+                    },
+                    limit.as_secs_f64()
+                );
+            }
             out.0
                 .extend(launched.with_context(|| format!("boot {}", i + 1))?);
             out.1.push(BootResult {
@@ -423,7 +457,7 @@ impl Run<'_> {
                 boot: i + 1,
                 measured,
                 read_bytes: probe::read_bytes(self.disks).saturating_sub(read_from),
-                daemon: status.as_ref().map(daemon_boot),
+                daemon: status.as_ref().map(|s| daemon_boot(s, quiet)),
             });
         }
         Ok(out)
@@ -496,9 +530,10 @@ impl Run<'_> {
     }
 }
 
-fn daemon_boot(s: &DaemonStatus) -> DaemonBoot {
+fn daemon_boot(s: &DaemonStatus, quiet: bool) -> DaemonBoot {
     let f = &s.foresight;
     DaemonBoot {
+        finished: quiet,
         launches_learned: s.launches_learned,
         launches_prefetched: s.launches_prefetched,
         startups_recorded: f.startups_recorded,

@@ -73,15 +73,16 @@ const BOOT_UPTIME_MAX_S: f64 = 1e9;
 
 /// The daemon's `config.toml` for `mode`. `allow`: the policy keys to
 /// learn (`learn = "allow-list"`), or `None` for the daemon's default
-/// policy (learn everything not denied).
-pub fn daemon_config(mode: Mode, allow: Option<&[String]>) -> String {
-    use toml::{Table, Value};
+/// policy (learn everything not denied). `extra`: keys of the user's
+/// (`--daemon-config`), under the mode's own switches, which win.
+pub fn daemon_config(mode: Mode, allow: Option<&[String]>, extra: Option<&toml::Table>) -> String {
+    use toml::Value;
     let (startup, predict, preload) = match mode {
         Mode::LaunchOnly => (false, false, false),
         Mode::Startup => (true, false, false),
         _ => (true, true, true),
     };
-    let mut t = Table::new();
+    let mut t = extra.cloned().unwrap_or_default();
     if let Some(keys) = allow {
         t.insert("learn".into(), Value::String("allow-list".into()));
         t.insert(
@@ -91,16 +92,37 @@ pub fn daemon_config(mode: Mode, allow: Option<&[String]>) -> String {
     }
     // The benchmark's launches come from wherever it runs, a service
     // included.
-    t.insert("skip_services".into(), Value::Boolean(false));
+    t.entry("skip_services").or_insert(Value::Boolean(false));
     t.insert("predict_launches".into(), Value::Boolean(predict));
-    let mut s = Table::new();
+    let s = section(&mut t, "startup");
     s.insert("enabled".into(), Value::Boolean(startup));
-    s.insert("boot_uptime_max_s".into(), Value::Float(BOOT_UPTIME_MAX_S));
-    t.insert("startup".into(), Value::Table(s));
-    let mut p = Table::new();
-    p.insert("enabled".into(), Value::Boolean(preload));
-    t.insert("preload".into(), Value::Table(p));
+    s.entry("boot_uptime_max_s")
+        .or_insert(Value::Float(BOOT_UPTIME_MAX_S));
+    section(&mut t, "preload").insert("enabled".into(), Value::Boolean(preload));
     toml::to_string(&t).expect("a table serializes")
+}
+
+/// The table `name` of `t`, made one if it is missing or not a table.
+fn section<'a>(t: &'a mut toml::Table, name: &str) -> &'a mut toml::Table {
+    let v = t
+        .entry(name)
+        .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+    if !v.is_table() {
+        *v = toml::Value::Table(toml::Table::new());
+    }
+    v.as_table_mut().expect("made a table")
+}
+
+/// How long a boot's end waits for the daemon: its startup window closes
+/// `[startup] max_s` (60 s by default) after it opened at the latest; a
+/// margin for the last launch's learning.
+pub fn stop_limit(extra: Option<&toml::Table>) -> Duration {
+    let max_s = extra
+        .and_then(|t| t.get("startup"))
+        .and_then(|s| s.get("max_s"))
+        .and_then(|v| v.as_float().or_else(|| v.as_integer().map(|i| i as f64)))
+        .unwrap_or(60.0);
+    Duration::from_secs_f64(max_s.clamp(0.0, 3600.0) + 30.0)
 }
 
 /// A mode's files: the prefetcher's state (kept across the mode's boots),
@@ -164,13 +186,14 @@ impl Prefetcher {
     }
 
     /// Stops it, after letting the daemon finish learning the boot's
-    /// launches (so the next boot has their profiles and history). Returns
-    /// the daemon's last status.
-    pub fn stop(self) -> Result<Option<DaemonStatus>> {
+    /// launches and recording its startup (so the next boot has their
+    /// profiles, history and startup plan), waiting at most `limit`.
+    /// Returns the daemon's last status and whether it got that far.
+    pub fn stop(self, window: bool, limit: Duration) -> Result<(Option<DaemonStatus>, bool)> {
         match self {
-            Prefetcher::None => Ok(None),
-            Prefetcher::Daemon(d) => d.stop(),
-            Prefetcher::Preload(p) => p.stop().map(|()| None),
+            Prefetcher::None => Ok((None, true)),
+            Prefetcher::Daemon(d) => d.stop(window, limit),
+            Prefetcher::Preload(p) => p.stop().map(|()| (None, true)),
         }
     }
 }
@@ -251,13 +274,16 @@ impl DaemonProc {
         }
     }
 
-    /// Waits (up to a minute) until no launch is being followed or waits to
-    /// be learned, then stops the daemon with SIGTERM. Returns its last
-    /// status.
-    pub fn stop(mut self) -> Result<Option<DaemonStatus>> {
-        let until = Instant::now() + Duration::from_secs(60);
+    /// Waits until no launch is being followed or waits to be learned and,
+    /// with `window`, until the startup window has closed (a window open
+    /// when the daemon stops is not recorded, and the next boot would have
+    /// no startup plan), then stops the daemon with SIGTERM. Gives up
+    /// waiting after `limit`. Returns its last status and whether it was
+    /// quiet (all that was waited for happened).
+    pub fn stop(mut self, window: bool, limit: Duration) -> Result<(Option<DaemonStatus>, bool)> {
+        let until = Instant::now() + limit;
         let mut last = None;
-        loop {
+        let quiet = loop {
             if let Some(st) = self
                 .child
                 .as_mut()
@@ -270,19 +296,21 @@ impl DaemonProc {
                 );
             }
             let st = warmstart_launch::daemon::query(&self.socket);
-            let quiet = st
-                .as_ref()
-                .is_some_and(|s| s.active_sessions == 0 && s.learn_queue == 0);
+            let quiet = st.as_ref().is_some_and(|s| {
+                s.active_sessions == 0
+                    && s.learn_queue == 0
+                    && !(window && s.foresight.startup_window.is_some())
+            });
             if st.is_some() {
                 last = st;
             }
             if quiet || Instant::now() >= until {
-                break;
+                break quiet;
             }
             thread::sleep(Duration::from_millis(200));
-        }
+        };
         self.terminate()?;
-        Ok(last)
+        Ok((last, quiet))
     }
 
     fn terminate(&mut self) -> Result<()> {
@@ -404,7 +432,7 @@ mod tests {
             (Mode::Startup, true, false, false),
             (Mode::Predict, true, true, true),
         ] {
-            let c = parsed(&daemon_config(mode, Some(&keys)));
+            let c = parsed(&daemon_config(mode, Some(&keys), None));
             assert_eq!(c.startup.enabled, startup, "{mode}");
             assert_eq!(c.predict_launches, predict, "{mode}");
             assert_eq!(c.preload.enabled, preload, "{mode}");
@@ -414,9 +442,22 @@ mod tests {
             assert!(c.startup.boot_uptime_max_s >= 1e8);
         }
         // Without an allow list, the daemon's own policy.
-        let c = parsed(&daemon_config(Mode::Predict, None));
+        let c = parsed(&daemon_config(Mode::Predict, None, None));
         assert_eq!(c.learn, LearnMode::All);
         assert_eq!(c.deny, DaemonConfig::default().deny);
+        // The user's keys are kept, under the mode's switches.
+        let extra: toml::Table = toml::from_str(
+            "replay_cpus = \"all\"\n[startup]\nmax_s = 8.0\nenabled = true\n\
+             [preload]\nenabled = true\nbudget_fraction = 0.1\n",
+        )
+        .unwrap();
+        let c = parsed(&daemon_config(Mode::LaunchOnly, None, Some(&extra)));
+        assert_eq!(c.replay_cpus, "all");
+        assert_eq!(c.startup.max_s, 8.0);
+        assert_eq!(c.preload.budget_fraction, 0.1);
+        assert!(!c.startup.enabled && !c.preload.enabled && !c.predict_launches);
+        assert_eq!(stop_limit(Some(&extra)), Duration::from_secs(38));
+        assert_eq!(stop_limit(None), Duration::from_secs(90));
     }
 
     #[test]

@@ -74,6 +74,9 @@ pub struct BootResult {
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct DaemonBoot {
+    /// It had learned every launch (and, with startup plans, recorded the
+    /// startup) when stopped.
+    pub finished: bool,
     pub launches_learned: u64,
     pub launches_prefetched: u64,
     pub startups_recorded: u64,
