@@ -85,6 +85,8 @@ fn root_usage_replays_a_log_in_every_mode() {
         .arg(&md)
         .arg("--keep-state")
         .arg(&kept)
+        .arg("--plot")
+        .arg(d.path())
         .arg("--daemon-config")
         .arg(&daemon_config)
         .env("WARMSTART_BENCH_BIN", &warmstart)
@@ -102,6 +104,8 @@ fn root_usage_replays_a_log_in_every_mode() {
         "{stdout}"
     );
     assert!(std::fs::read_to_string(&md).unwrap().contains("| mode |"));
+    let svg = std::fs::read_to_string(d.path().join("usage-timeline.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("none"));
 
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     // The default split: the first boot trains, the second is measured.

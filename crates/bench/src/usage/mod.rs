@@ -12,9 +12,10 @@
 //! Modules: [`log`] (the log: files, the default, a daemon's history),
 //! [`prefetcher`] (the modes: the daemon's configs, Debian's preload),
 //! [`probe`] (memory, preloads, disk reads), [`results`] (arithmetic,
-//! tables).
+//! tables), [`plot`] (the timeline).
 
 pub mod log;
+pub mod plot;
 pub mod prefetcher;
 pub mod probe;
 pub mod results;
@@ -114,6 +115,10 @@ pub struct UsageArgs {
     /// Write the machine, the method and the tables as Markdown.
     #[arg(long, value_name = "FILE")]
     pub export_markdown: Option<PathBuf>,
+    /// Write the timeline (page cache, preloads' memory and budget,
+    /// launches) of every mode as DIR/usage-timeline.svg.
+    #[arg(long, value_name = "DIR")]
+    pub plot: Option<PathBuf>,
     /// A TOML file of daemon settings (config.toml keys) added to every
     /// daemon mode's config; each mode's own switches (`predict_launches`,
     /// `[startup] enabled`, `[preload] enabled`) still win.
@@ -302,6 +307,14 @@ pub fn run(args: UsageArgs, quiet: bool) -> Result<i32> {
             b.extend_from_slice(results::render_markdown(&res).as_bytes());
             Ok(())
         })?;
+    }
+    if let Some(dir) = &args.plot {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let p = dir.join("usage-timeline.svg");
+        plot::timeline(&res, &p)?;
+        if !quiet {
+            eprintln!("warmstart: wrote {}", p.display());
+        }
     }
     Ok(0)
 }
