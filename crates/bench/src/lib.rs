@@ -58,6 +58,7 @@ pub const EXAMPLES: &str = "EXAMPLES:
   warmstart bench --scenarios cold,warm,prefetch-only,demand,contention,run -- npm -v
   warmstart bench --fs xfs --storage sd --suite bench/suite.toml --only python-scipy
   warmstart bench --testbed-cleanup
+  warmstart bench usage --suite bench/suite.toml   # a usage log across simulated boots
 
 Scenarios (FAST §6.1.2, Paralfetch §5), run interleaved round after round:
   cold           the launch's files evicted first (the baseline)
