@@ -222,3 +222,41 @@ fn root_usage_replays_a_log_in_every_mode() {
         assert!(kept.join("preload/state/preload.state").is_file());
     }
 }
+
+#[test]
+fn root_usage_reports_a_failing_program_by_mode() {
+    if !warmstart_testing::require_root("root_usage_reports_a_failing_program_by_mode") {
+        return;
+    }
+    let d = tempfile::tempdir_in("/var/tmp").unwrap();
+    let suite = d.path().join("suite.toml");
+    std::fs::write(
+        &suite,
+        "[[program]]\nname = \"bad\"\ncommand = [\"/bin/sh\", \"-c\", \"exit 3\"]\n",
+    )
+    .unwrap();
+    let log = d.path().join("log.jsonl");
+    std::fs::write(
+        &log,
+        "{\"step\":\"boot\"}\n{\"step\":\"launch\",\"after_ms\":0,\"program\":\"bad\"}\n\
+         {\"step\":\"boot\"}\n{\"step\":\"launch\",\"after_ms\":0,\"program\":\"bad\"}\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_warmstart-bench"))
+        .args(["usage", "--modes", "none,warm", "--log"])
+        .arg(&log)
+        .arg("--suite")
+        .arg(&suite)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    for want in [
+        "mode none failed",
+        "mode warm failed",
+        "bad exited with status 3",
+        "every mode failed",
+    ] {
+        assert!(err.contains(want), "{want}: {err}");
+    }
+}

@@ -260,11 +260,26 @@ pub fn run(args: UsageArgs, quiet: bool) -> Result<i32> {
     let mut launches = Vec::new();
     let mut boot_results = Vec::new();
     let mut samples = Vec::new();
+    // A mode that fails (a program crashing, preload refusing to start)
+    // must not lose the other modes' minutes of measurements.
+    let mut done = Vec::new();
+    let mut failed = Vec::new();
     for &mode in &modes {
-        let (l, b, s) = run.mode(mode).with_context(|| format!("in mode {mode}"))?;
-        launches.extend(l);
-        boot_results.extend(b);
-        samples.extend(s);
+        match run.mode(mode) {
+            Ok((l, b, s)) => {
+                launches.extend(l);
+                boot_results.extend(b);
+                samples.extend(s);
+                done.push(mode);
+            }
+            Err(e) => {
+                eprintln!("warmstart: mode {mode} failed: {e:#}");
+                failed.push(mode.name());
+            }
+        }
+    }
+    if done.is_empty() {
+        bail!("every mode failed");
     }
     for t in targets.values() {
         if let Some(c) = &t.cleanup {
@@ -275,7 +290,7 @@ pub fn run(args: UsageArgs, quiet: bool) -> Result<i32> {
     }
 
     results::fill_baselines(&mut launches);
-    let mode_names: Vec<String> = modes.iter().map(|m| m.name().to_string()).collect();
+    let mode_names: Vec<String> = done.iter().map(|m| m.name().to_string()).collect();
     let totals = results::totals(&mode_names, &launches, &boot_results, &samples);
     let res = UsageResults {
         machine,
@@ -315,6 +330,10 @@ pub fn run(args: UsageArgs, quiet: bool) -> Result<i32> {
         if !quiet {
             eprintln!("warmstart: wrote {}", p.display());
         }
+    }
+    if !failed.is_empty() {
+        eprintln!("warmstart: failed modes: {}", failed.join(", "));
+        return Ok(1);
     }
     Ok(0)
 }
