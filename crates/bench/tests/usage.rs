@@ -125,6 +125,9 @@ fn root_usage_replays_a_log_in_every_mode() {
                 // Every launch has its baselines.
                 assert!(l["cold_ms"].as_f64().unwrap() > 0.0, "{l}");
                 assert!(l["warm_ms"].as_f64().unwrap() > 0.0, "{l}");
+                // The daemon's predictions, in the modes that run it.
+                let daemon = *m == "launch-only" || *m == "predict";
+                assert_eq!(l["predictions_before"].is_array(), daemon, "{l}");
             }
         }
     }

@@ -463,7 +463,7 @@ impl Run<'_> {
                 origin,
                 pf.socket().map(Path::to_path_buf),
             );
-            let launched = self.launches(mode, i, boot, measured, origin);
+            let launched = self.launches(mode, i, boot, measured, origin, pf.socket());
             out.2.extend(sampler.stop());
             let window = matches!(mode, Mode::Startup | Mode::Predict);
             let (status, quiet) = pf
@@ -503,11 +503,17 @@ impl Run<'_> {
         boot: &Boot,
         measured: bool,
         origin: Instant,
+        socket: Option<&Path>,
     ) -> Result<Vec<LaunchResult>> {
         let mut out = Vec::new();
         for (n, l) in boot.launches.iter().enumerate() {
             let t = &self.targets[&l.program];
             thread::sleep(Duration::from_millis(l.after_ms));
+            // What the daemon expected as the launch came: whether it had
+            // ranked and preloaded it.
+            let before = socket
+                .and_then(warmstart_launch::daemon::query)
+                .map(|s| s.foresight);
             if mode == Mode::Warm {
                 self.prepare(t)?;
                 let w = launch::launch(t, Instant::now())?;
@@ -539,6 +545,8 @@ impl Run<'_> {
                 cold_ms: None,
                 warm_ms: None,
                 gap: None,
+                preload_state_before: before.as_ref().map(|f| f.preload_state.clone()),
+                predictions_before: before.map(|f| f.predictions),
             });
         }
         Ok(out)

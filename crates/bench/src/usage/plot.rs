@@ -180,6 +180,8 @@ mod tests {
                 cold_ms: None,
                 warm_ms: None,
                 gap: None,
+                preload_state_before: None,
+                predictions_before: None,
             }],
             boots: vec![],
             samples: vec![

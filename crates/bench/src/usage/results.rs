@@ -3,6 +3,7 @@
 //! cold–warm gap.
 
 use serde::{Deserialize, Serialize};
+use warmstart_launch::daemon::PredictionStatus;
 use warmstart_predict::usage::Step;
 
 use super::probe::Sample;
@@ -39,7 +40,7 @@ pub struct UsageSettings {
 }
 
 /// One launch of one mode.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LaunchResult {
     pub mode: String,
     /// 1-based boot, and launch within it.
@@ -56,6 +57,13 @@ pub struct LaunchResult {
     pub warm_ms: Option<f64>,
     /// (cold - t) / (cold - warm).
     pub gap: Option<f64>,
+    /// The daemon's preloader state and predictions (profiles, scores,
+    /// residency, whether preloaded) right before the launch, in the
+    /// daemon modes.
+    #[serde(default)]
+    pub preload_state_before: Option<String>,
+    #[serde(default)]
+    pub predictions_before: Option<Vec<PredictionStatus>>,
 }
 
 /// What a mode's prefetcher did during one boot.
@@ -411,6 +419,8 @@ mod tests {
             cold_ms: None,
             warm_ms: None,
             gap: None,
+            preload_state_before: None,
+            predictions_before: None,
         }
     }
 
