@@ -242,6 +242,15 @@ pub fn run(args: UsageArgs, quiet: bool) -> Result<i32> {
         }
         None => None,
     };
+    // A config the daemon would refuse fails now, not after the modes
+    // before it ran.
+    for &m in modes.iter().filter(|m| m.uses_daemon()) {
+        let text = prefetcher::daemon_config(m, allow.as_deref(), extra.as_ref());
+        toml::from_str::<warmstart_launch::daemon::DaemonConfig>(&text)
+            .map_err(|e| anyhow::anyhow!("{e}"))
+            .and_then(|c| c.validate().map_err(|e| anyhow::anyhow!("{e}")))
+            .with_context(|| format!("the daemon's config for mode {m} (see --daemon-config)"))?;
+    }
     let machine = crate::machine::Machine::probe();
     let disks = probe::read_disks(&machine.root_device);
     let run = Run {
