@@ -12,7 +12,8 @@
 //! an [`runner::Executor`] so statistics are tested with a mock),
 //! [`real`] (launching for real), [`launch`] (readiness), [`stats`],
 //! [`export`], [`markdown`], [`report`], [`plot`], [`suite`], [`timeline`], [`machine`],
-//! [`os`] (residency, process trees).
+//! [`os`] (residency, process trees); [`usage`] (`warmstart bench usage`:
+//! a usage log replayed across simulated boots).
 
 pub mod demand;
 pub mod export;
@@ -29,6 +30,7 @@ pub mod stats;
 pub mod suite;
 pub mod testbed;
 pub mod timeline;
+pub mod usage;
 pub mod wrapped;
 
 use std::io::IsTerminal;
@@ -56,6 +58,7 @@ pub const EXAMPLES: &str = "EXAMPLES:
   warmstart bench --scenarios cold,warm,prefetch-only,demand,contention,run -- npm -v
   warmstart bench --fs xfs --storage sd --suite bench/suite.toml --only python-scipy
   warmstart bench --testbed-cleanup
+  warmstart bench usage --suite bench/suite.toml   # a usage log across simulated boots
 
 Scenarios (FAST §6.1.2, Paralfetch §5), run interleaved round after round:
   cold           the launch's files evicted first (the baseline)
@@ -475,7 +478,11 @@ fn install_suite_packages(path: &Path, only: &[String], install: bool, quiet: bo
     install_packages(&programs, install, quiet)
 }
 
-fn install_packages(programs: &[&suite::SuiteProgram], install: bool, quiet: bool) -> Result<()> {
+pub(crate) fn install_packages(
+    programs: &[&suite::SuiteProgram],
+    install: bool,
+    quiet: bool,
+) -> Result<()> {
     let mut pkgs: Vec<String> = programs.iter().flat_map(|p| p.packages.clone()).collect();
     if programs.iter().any(|p| p.x11) {
         pkgs.extend(["xvfb".to_string(), "xdotool".to_string()]);

@@ -1,0 +1,446 @@
+//! The usage log a run replays: boots, each with launches and the time
+//! before each.
+//!
+//! A log is JSON lines of [`Step`], the format `warmstart_predict::usage`
+//! serializes (`{"step":"boot"}`, `{"step":"launch","after_ms":4000,
+//! "program":"clang"}`). It comes from a file, from the shipped default
+//! ([`default_spec`], generated), or from a daemon's own launch history
+//! ([`from_history`]).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use warmstart_predict::usage::{generate, Routine, Step, UsageSpec};
+use warmstart_predict::{Event, History, StartupKind};
+
+/// One launch of a boot, with the log line it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogLaunch {
+    /// 1-based line of the log file (0 for a log not read from a file).
+    pub line: usize,
+    pub after_ms: u64,
+    pub program: String,
+}
+
+/// One simulated boot and the launches that follow it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Boot {
+    pub line: usize,
+    pub launches: Vec<LogLaunch>,
+}
+
+/// The default log: habits over the suite's programs that start in a few
+/// seconds (GIMP and LibreOffice are left out, so that a six-mode run
+/// stays near 20 minutes), 6 boots of 3 or 4 launches, 2 to 6 s apart,
+/// one routine per boot with some noise. The seed is one whose measured
+/// boots (4 to 6) repeat routines seen while training and also hold a
+/// launch that breaks them.
+pub fn default_spec() -> UsageSpec {
+    let r = |p: &[&str], weight| Routine {
+        programs: p.iter().map(|s| s.to_string()).collect(),
+        weight,
+    };
+    UsageSpec {
+        routines: vec![
+            // Editing and building C and Java.
+            r(&["gedit", "clang", "javac", "clang"], 3),
+            // A data-analysis session.
+            r(&["python-scipy", "gedit", "python-scipy"], 2),
+            // A JavaScript project with a native part.
+            r(&["npm", "gedit", "clang", "npm"], 2),
+        ],
+        boots: 6,
+        routines_per_boot: 1,
+        noise: 0.15,
+        skip: 0.1,
+        gap_ms: (2_000, 6_000),
+        seed: 36,
+    }
+}
+
+/// The default log's steps.
+pub fn default_steps() -> Vec<Step> {
+    generate(&default_spec())
+}
+
+/// Parses JSON lines of steps; blank lines and lines starting with `#` are
+/// skipped. Errors name the line.
+pub fn parse(text: &str) -> Result<Vec<Boot>> {
+    let mut steps = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let l = line.trim();
+        if l.is_empty() || l.starts_with('#') {
+            continue;
+        }
+        let step: Step = serde_json::from_str(l).with_context(|| {
+            format!(
+                "line {}: not a usage-log step ({{\"step\":\"boot\"}} or \
+                 {{\"step\":\"launch\",\"after_ms\":N,\"program\":\"NAME\"}})",
+                i + 1
+            )
+        })?;
+        steps.push((i + 1, step));
+    }
+    group(steps)
+}
+
+/// Reads a log file.
+pub fn load(path: &Path) -> Result<Vec<Boot>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    parse(&text).with_context(|| format!("in {}", path.display()))
+}
+
+/// Steps without line numbers (a generated log) as boots.
+pub fn from_steps(steps: &[Step]) -> Result<Vec<Boot>> {
+    group(steps.iter().cloned().map(|s| (0, s)).collect())
+}
+
+fn group(steps: Vec<(usize, Step)>) -> Result<Vec<Boot>> {
+    let mut boots: Vec<Boot> = Vec::new();
+    for (line, step) in steps {
+        match step {
+            Step::Boot => boots.push(Boot {
+                line,
+                launches: Vec::new(),
+            }),
+            Step::Launch { after_ms, program } => {
+                let Some(b) = boots.last_mut() else {
+                    bail!("line {line}: a launch before the first boot step");
+                };
+                if program.is_empty() {
+                    bail!("line {line}: a launch with an empty program name");
+                }
+                b.launches.push(LogLaunch {
+                    line,
+                    after_ms,
+                    program,
+                });
+            }
+        }
+    }
+    if boots.is_empty() {
+        bail!("the log has no boot step");
+    }
+    Ok(boots)
+}
+
+/// The log as steps again, for `--write-log` and the JSON export.
+pub fn to_steps(boots: &[Boot]) -> Vec<Step> {
+    let mut out = Vec::new();
+    for b in boots {
+        out.push(Step::Boot);
+        for l in &b.launches {
+            out.push(Step::Launch {
+                after_ms: l.after_ms,
+                program: l.program.clone(),
+            });
+        }
+    }
+    out
+}
+
+/// JSON lines of `steps`.
+pub fn encode(steps: &[Step]) -> String {
+    steps
+        .iter()
+        .map(|s| serde_json::to_string(s).expect("a step serializes") + "\n")
+        .collect()
+}
+
+/// Checks that every program is one of `known`, naming the line.
+pub fn check_programs(boots: &[Boot], known: &[String]) -> Result<()> {
+    for l in boots.iter().flat_map(|b| &b.launches) {
+        if !known.contains(&l.program) {
+            bail!(
+                "{}the program {:?} is not in the suite (it has: {})",
+                if l.line > 0 {
+                    format!("line {}: ", l.line)
+                } else {
+                    String::new()
+                },
+                l.program,
+                known.join(", ")
+            );
+        }
+    }
+    Ok(())
+}
+
+/// How many of `boots` boots train by default: the first half.
+pub fn default_train(boots: usize) -> usize {
+    boots / 2
+}
+
+/// Checks `train` against the log: at least one boot must be measured.
+pub fn check_train(train: usize, boots: usize) -> Result<()> {
+    if train >= boots {
+        bail!(
+            "--train {train} leaves no boot to measure: the log has {boots} boot{}",
+            if boots == 1 { "" } else { "s" }
+        );
+    }
+    Ok(())
+}
+
+/// A daemon's launch history (`history.jsonl`) as a log: every boot
+/// startup is a boot (logins are not: the benchmark cannot simulate them),
+/// every launch of a profile in `map` a launch of that suite program, its
+/// gap the time since the previous event, capped at `max_gap_ms` (a night
+/// between two launches is not replayed). Launches of profiles not in
+/// `map` are left out; their profiles are returned, with how many launches
+/// each had.
+pub fn from_history(
+    text: &str,
+    map: &BTreeMap<String, String>,
+    max_gap_ms: u64,
+) -> (Vec<Step>, BTreeMap<String, usize>) {
+    let decoded = History::decode(text, usize::MAX);
+    from_events(decoded.history.events(), map, max_gap_ms)
+}
+
+fn from_events<'a>(
+    events: impl Iterator<Item = &'a Event>,
+    map: &BTreeMap<String, String>,
+    max_gap_ms: u64,
+) -> (Vec<Step>, BTreeMap<String, usize>) {
+    let mut steps = Vec::new();
+    let mut unmapped = BTreeMap::new();
+    let mut last_ms: Option<u64> = None;
+    for e in events {
+        match e {
+            Event::Startup(s) if s.kind == StartupKind::Boot => {
+                steps.push(Step::Boot);
+                last_ms = Some(s.at_ms);
+            }
+            Event::Startup(_) => {}
+            Event::Launch(l) => {
+                let Some(program) = map.get(&l.profile) else {
+                    *unmapped.entry(l.profile.clone()).or_insert(0) += 1;
+                    continue;
+                };
+                if steps.is_empty() {
+                    // A history that began after its boot was recorded.
+                    steps.push(Step::Boot);
+                }
+                let gap = last_ms.map_or(0, |t| l.at_ms.saturating_sub(t));
+                steps.push(Step::Launch {
+                    after_ms: gap.min(max_gap_ms),
+                    program: program.clone(),
+                });
+                last_ms = Some(l.at_ms);
+            }
+        }
+    }
+    (steps, unmapped)
+}
+
+/// Which suite program each profile of a state directory is: the one
+/// whose command is the profile's, its first word compared by file name
+/// (the daemon records the resolved executable, a suite may give a bare
+/// name). Profiles matching no program are left out.
+pub fn profiles_by_command(
+    state_dir: &Path,
+    programs: &[(String, Vec<String>)],
+) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let Ok(rd) = std::fs::read_dir(state_dir.join("profiles")) else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let Ok(bytes) = std::fs::read(e.path().join("profile.json")) else {
+            continue;
+        };
+        let Ok(v) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
+            continue;
+        };
+        let Some(cmd) = v["command"].as_array() else {
+            continue;
+        };
+        let cmd: Vec<String> = cmd
+            .iter()
+            .filter_map(|s| s.as_str().map(String::from))
+            .collect();
+        if let Some((name, _)) = programs.iter().find(|(_, c)| same_command(c, &cmd)) {
+            out.insert(e.file_name().to_string_lossy().into_owned(), name.clone());
+        }
+    }
+    out
+}
+
+fn same_command(a: &[String], b: &[String]) -> bool {
+    let base = |s: &String| {
+        Path::new(s)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+    };
+    a.len() == b.len() && !a.is_empty() && base(&a[0]) == base(&b[0]) && a[1..] == b[1..]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_log_with_comments_and_blank_lines() {
+        let boots = parse(
+            "# two boots\n{\"step\":\"boot\"}\n\n\
+             {\"step\":\"launch\",\"after_ms\":2000,\"program\":\"a\"}\n\
+             {\"step\":\"boot\"}\n{\"step\":\"launch\",\"after_ms\":5,\"program\":\"b\"}\n",
+        )
+        .unwrap();
+        assert_eq!(boots.len(), 2);
+        assert_eq!(boots[0].line, 2);
+        assert_eq!(
+            boots[0].launches,
+            vec![LogLaunch {
+                line: 4,
+                after_ms: 2000,
+                program: "a".into()
+            }]
+        );
+        assert_eq!(boots[1].launches[0].line, 6);
+        // And back.
+        let again = parse(&encode(&to_steps(&boots))).unwrap();
+        assert_eq!(again[1].launches[0].program, "b");
+    }
+
+    #[test]
+    fn errors_name_the_line() {
+        for (text, want) in [
+            ("{\"step\":\"boot\"}\n{\"step\":\"reboot\"}\n", "line 2:"),
+            (
+                "\n\n{\"step\":\"launch\",\"after_ms\":1,\"program\":\"a\"}\n",
+                "line 3: a launch before",
+            ),
+            (
+                "{\"step\":\"boot\"}\n{\"step\":\"launch\",\"after_ms\":-1,\"program\":\"a\"}\n",
+                "line 2:",
+            ),
+            (
+                "{\"step\":\"boot\"}\n{\"step\":\"launch\",\"after_ms\":1,\"program\":\"\"}\n",
+                "line 2: a launch with an empty",
+            ),
+            ("not json\n", "line 1:"),
+            ("# nothing\n", "no boot step"),
+        ] {
+            let e = format!("{:#}", parse(text).unwrap_err());
+            assert!(e.contains(want), "{text:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn unknown_programs_are_named_with_their_line() {
+        let boots = parse(
+            "{\"step\":\"boot\"}\n{\"step\":\"launch\",\"after_ms\":1,\"program\":\"gimp\"}\n",
+        )
+        .unwrap();
+        let known = vec!["clang".to_string()];
+        let e = check_programs(&boots, &known).unwrap_err().to_string();
+        assert!(e.contains("line 2") && e.contains("\"gimp\""), "{e}");
+        assert!(check_programs(&boots, &["gimp".to_string()]).is_ok());
+    }
+
+    #[test]
+    fn train_split() {
+        assert_eq!(default_train(6), 3);
+        assert_eq!(default_train(5), 2);
+        assert_eq!(default_train(1), 0);
+        assert!(check_train(3, 6).is_ok());
+        assert!(check_train(0, 1).is_ok());
+        let e = check_train(2, 2).unwrap_err().to_string();
+        assert!(e.contains("no boot to measure"), "{e}");
+    }
+
+    #[test]
+    fn the_default_log_is_short_and_uses_quick_suite_programs() {
+        let boots = from_steps(&default_steps()).unwrap();
+        assert_eq!(boots.len(), 6);
+        let suite = crate::suite::Suite::load(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/suite.toml"),
+        )
+        .unwrap();
+        let known: Vec<String> = suite.programs.iter().map(|p| p.name.clone()).collect();
+        check_programs(&boots, &known).unwrap();
+        for b in &boots {
+            assert!((3..=5).contains(&b.launches.len()), "{b:?}");
+            for l in &b.launches {
+                assert!(!["gimp", "libreoffice"].contains(&l.program.as_str()));
+                assert!((2_000..=6_000).contains(&l.after_ms));
+            }
+        }
+        let launches: usize = boots.iter().map(|b| b.launches.len()).sum();
+        assert!((18..=30).contains(&launches), "{launches}");
+        // Every routine trains and is measured.
+        let has = |range: std::ops::Range<usize>, p: &str| {
+            boots[range]
+                .iter()
+                .flat_map(|b| &b.launches)
+                .any(|l| l.program == p)
+        };
+        for p in ["python-scipy", "javac", "npm", "clang", "gedit"] {
+            assert!(has(3..6, p), "{p} is not measured");
+        }
+        assert!(has(0..3, "python-scipy") && has(0..3, "npm") && has(0..3, "gedit"));
+    }
+
+    #[test]
+    fn a_history_becomes_a_log() {
+        let text = "\
+{\"event\":\"startup\",\"kind\":\"boot\",\"at_ms\":1000}
+{\"event\":\"launch\",\"profile\":\"clang-u0-aa\",\"at_ms\":4000}
+{\"event\":\"launch\",\"profile\":\"bash-u0-bb\",\"at_ms\":5000}
+{\"event\":\"startup\",\"kind\":\"login\",\"at_ms\":6000,\"session\":3}
+{\"event\":\"launch\",\"profile\":\"javac-u0-cc\",\"at_ms\":9000000}
+{\"event\":\"startup\",\"kind\":\"boot\",\"at_ms\":9500000}
+{\"event\":\"launch\",\"profile\":\"clang-u0-aa\",\"at_ms\":9502500}
+";
+        let map: BTreeMap<String, String> = [("clang-u0-aa", "clang"), ("javac-u0-cc", "javac")]
+            .into_iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect();
+        let (steps, unmapped) = from_history(text, &map, 60_000);
+        let l = |after_ms, p: &str| Step::Launch {
+            after_ms,
+            program: p.into(),
+        };
+        assert_eq!(
+            steps,
+            vec![
+                Step::Boot,
+                l(3000, "clang"),
+                // The gap since clang (the unmapped launch is not an
+                // event of the log), capped.
+                l(60_000, "javac"),
+                Step::Boot,
+                l(2500, "clang"),
+            ]
+        );
+        assert_eq!(unmapped.get("bash-u0-bb"), Some(&1));
+    }
+
+    #[test]
+    fn profiles_are_matched_to_programs_by_command() {
+        let d = tempfile::tempdir().unwrap();
+        for (name, cmd) in [
+            ("clang-u0-aa", vec!["/usr/bin/clang", "-c", "x.c"]),
+            ("clang-u0-bb", vec!["/usr/bin/clang", "-c", "y.c"]),
+        ] {
+            let p = d.path().join("profiles").join(name);
+            std::fs::create_dir_all(&p).unwrap();
+            std::fs::write(
+                p.join("profile.json"),
+                serde_json::json!({ "name": name, "command": cmd }).to_string(),
+            )
+            .unwrap();
+        }
+        let programs = vec![(
+            "clang".to_string(),
+            vec!["clang".to_string(), "-c".into(), "x.c".into()],
+        )];
+        let m = profiles_by_command(d.path(), &programs);
+        assert_eq!(m.len(), 1);
+        assert_eq!(m["clang-u0-aa"], "clang");
+    }
+}

@@ -1,0 +1,555 @@
+//! A usage run's results: every launch and boot, the samples, and each
+//! mode's totals, with the arithmetic that turns times into shares of the
+//! cold–warm gap.
+
+use serde::{Deserialize, Serialize};
+use warmstart_launch::daemon::PredictionStatus;
+use warmstart_predict::usage::Step;
+
+use super::probe::Sample;
+use crate::machine::Machine;
+
+/// A launch slower than this times its cold time did harm.
+pub const HARM_RATIO: f64 = 1.02;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct UsageResults {
+    pub machine: Machine,
+    pub settings: UsageSettings,
+    /// The log replayed.
+    pub log: Vec<Step>,
+    pub launches: Vec<LaunchResult>,
+    pub boots: Vec<BootResult>,
+    pub samples: Vec<Sample>,
+    pub totals: Vec<ModeTotals>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct UsageSettings {
+    pub suite: String,
+    /// `default`, or the log file, or the history it came from.
+    pub log_source: String,
+    pub boots: usize,
+    /// The first this many boots train; the rest are measured.
+    pub train_boots: usize,
+    pub modes: Vec<String>,
+    /// `allow-list` (the log's programs) or `all` (the daemon's policy).
+    pub learn: String,
+    /// The disks whose reads are counted.
+    pub disks: Vec<String>,
+}
+
+/// One launch of one mode.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LaunchResult {
+    pub mode: String,
+    /// 1-based boot, and launch within it.
+    pub boot: usize,
+    pub launch: usize,
+    pub program: String,
+    /// Of a measured boot (not a training one).
+    pub measured: bool,
+    /// When it began, seconds since the mode's first boot began.
+    pub start_s: f64,
+    pub ms: f64,
+    /// The same launch in the `none` and `warm` modes.
+    pub cold_ms: Option<f64>,
+    pub warm_ms: Option<f64>,
+    /// (cold - t) / (cold - warm).
+    pub gap: Option<f64>,
+    /// The daemon's preloader state and predictions (profiles, scores,
+    /// residency, whether preloaded) right before the launch, in the
+    /// daemon modes.
+    #[serde(default)]
+    pub preload_state_before: Option<String>,
+    #[serde(default)]
+    pub predictions_before: Option<Vec<PredictionStatus>>,
+}
+
+/// What a mode's prefetcher did during one boot.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct BootResult {
+    pub mode: String,
+    pub boot: usize,
+    pub measured: bool,
+    /// Read from the counted disks from the drop of the caches to the
+    /// prefetcher's stop.
+    pub read_bytes: u64,
+    /// The daemon's foresight counters at the end of the boot (they start
+    /// from zero at each daemon start).
+    pub daemon: Option<DaemonBoot>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct DaemonBoot {
+    /// It had learned every launch (and, with startup plans, recorded the
+    /// startup) when stopped.
+    pub finished: bool,
+    pub launches_learned: u64,
+    pub launches_prefetched: u64,
+    pub startups_recorded: u64,
+    pub startup_replays: u64,
+    pub history_events: usize,
+    pub preloads: u64,
+    pub bytes_preloaded: u64,
+    pub bytes_used: u64,
+    pub preloads_used: u64,
+    pub preloads_unused: u64,
+    /// Still held at the end of the boot: preloads no launch of the boot
+    /// used (they count as read for nothing).
+    pub held_bytes: u64,
+}
+
+/// One mode over the measured boots.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModeTotals {
+    pub mode: String,
+    pub launches: usize,
+    pub total_ms: f64,
+    /// Σ(cold - t) / Σ(cold - warm) over the measured launches.
+    pub gap_captured: Option<f64>,
+    /// Bytes preloaded that a launch used / bytes preloaded (the daemon's
+    /// figures; preloads held at a boot's end count as unused). `None`:
+    /// nothing preloaded, or not known (Debian's preload).
+    pub precision: Option<f64>,
+    pub bytes_preloaded: Option<u64>,
+    pub bytes_used: Option<u64>,
+    /// Most memory the daemon's preloads held, and the budget then.
+    pub max_held_bytes: Option<u64>,
+    pub budget_at_max_bytes: Option<u64>,
+    /// Whether any sample had preloads holding more than the budget.
+    pub over_budget: Option<bool>,
+    pub read_bytes: u64,
+    /// `read_bytes` minus the `none` mode's.
+    pub extra_read_bytes: Option<i64>,
+    /// Measured launches slower than [`HARM_RATIO`] times cold.
+    pub slower_than_cold: usize,
+    /// The slowest launch relative to its cold time.
+    pub max_ratio_to_cold: Option<f64>,
+}
+
+/// The share of the cold–warm gap a launch of `t` captured; `None` when
+/// there is no gap to capture (warm not faster than cold).
+pub fn gap(cold: f64, warm: f64, t: f64) -> Option<f64> {
+    (cold > warm).then(|| (cold - t) / (cold - warm))
+}
+
+/// Sets every launch's cold and warm times (the same boot and launch in
+/// the `none` and `warm` modes) and its gap.
+pub fn fill_baselines(launches: &mut [LaunchResult]) {
+    let find = |ls: &[LaunchResult], mode: &str, boot, launch| {
+        ls.iter()
+            .find(|l| l.mode == mode && l.boot == boot && l.launch == launch)
+            .map(|l| l.ms)
+    };
+    let snapshot = launches.to_vec();
+    for l in launches.iter_mut() {
+        l.cold_ms = find(&snapshot, "none", l.boot, l.launch);
+        l.warm_ms = find(&snapshot, "warm", l.boot, l.launch);
+        l.gap = match (l.cold_ms, l.warm_ms) {
+            (Some(c), Some(w)) => gap(c, w, l.ms),
+            _ => None,
+        };
+    }
+}
+
+/// Bytes used / bytes preloaded over measured boots.
+pub fn precision(boots: &[&DaemonBoot]) -> Option<f64> {
+    let pre: u64 = boots.iter().map(|b| b.bytes_preloaded).sum();
+    let used: u64 = boots.iter().map(|b| b.bytes_used).sum();
+    (pre > 0).then(|| used as f64 / pre as f64)
+}
+
+/// Each mode's totals over the measured boots (`launches` with their
+/// baselines filled).
+pub fn totals(
+    modes: &[String],
+    launches: &[LaunchResult],
+    boots: &[BootResult],
+    samples: &[Sample],
+) -> Vec<ModeTotals> {
+    let read = |mode: &str| -> u64 {
+        boots
+            .iter()
+            .filter(|b| b.mode == mode && b.measured)
+            .map(|b| b.read_bytes)
+            .sum()
+    };
+    let none_read = modes.iter().any(|m| m == "none").then(|| read("none"));
+    modes
+        .iter()
+        .map(|mode| {
+            let ls: Vec<&LaunchResult> = launches
+                .iter()
+                .filter(|l| &l.mode == mode && l.measured)
+                .collect();
+            let (mut saved, mut possible, mut complete) = (0.0, 0.0, true);
+            for l in &ls {
+                match (l.cold_ms, l.warm_ms) {
+                    (Some(c), Some(w)) => {
+                        saved += c - l.ms;
+                        possible += c - w;
+                    }
+                    _ => complete = false,
+                }
+            }
+            let daemon: Vec<&DaemonBoot> = boots
+                .iter()
+                .filter(|b| &b.mode == mode && b.measured)
+                .filter_map(|b| b.daemon.as_ref())
+                .collect();
+            let has_daemon = !daemon.is_empty();
+            let measured_boots: Vec<usize> = boots
+                .iter()
+                .filter(|b| &b.mode == mode && b.measured)
+                .map(|b| b.boot)
+                .collect();
+            let held = samples
+                .iter()
+                .filter(|s| &s.mode == mode && measured_boots.contains(&s.boot))
+                .filter_map(|s| Some((s.held_bytes?, s.budget_bytes.unwrap_or(0))));
+            let max_held = held.clone().max_by_key(|(h, _)| *h);
+            let over = held.clone().any(|(h, b)| h > b);
+            let ratios: Vec<f64> = ls
+                .iter()
+                .filter_map(|l| Some(l.ms / l.cold_ms.filter(|c| *c > 0.0)?))
+                .collect();
+            let r = read(mode);
+            ModeTotals {
+                mode: mode.clone(),
+                launches: ls.len(),
+                total_ms: ls.iter().map(|l| l.ms).sum(),
+                gap_captured: (complete && possible > 0.0).then(|| saved / possible),
+                precision: precision(&daemon),
+                bytes_preloaded: has_daemon.then(|| daemon.iter().map(|b| b.bytes_preloaded).sum()),
+                bytes_used: has_daemon.then(|| daemon.iter().map(|b| b.bytes_used).sum()),
+                max_held_bytes: has_daemon.then(|| max_held.map_or(0, |m| m.0)),
+                budget_at_max_bytes: max_held.map(|m| m.1),
+                over_budget: has_daemon.then_some(over),
+                read_bytes: r,
+                extra_read_bytes: none_read.map(|n| r as i64 - n as i64),
+                slower_than_cold: ratios.iter().filter(|x| **x > HARM_RATIO).count(),
+                max_ratio_to_cold: ratios.iter().copied().reduce(f64::max),
+            }
+        })
+        .collect()
+}
+
+fn pct(x: Option<f64>) -> String {
+    x.map_or("n/a".into(), |v| format!("{:.0}%", v * 100.0))
+}
+
+fn mib(b: Option<u64>) -> String {
+    b.map_or("n/a".into(), |v| {
+        format!("{:.1} MiB", v as f64 / (1 << 20) as f64)
+    })
+}
+
+fn signed_mib(b: Option<i64>) -> String {
+    b.map_or("n/a".into(), |v| {
+        format!("{:+.1} MiB", v as f64 / (1 << 20) as f64)
+    })
+}
+
+/// The rows of the per-launch table: boot, launch, program, then each
+/// mode's time and gap.
+fn launch_rows(r: &UsageResults) -> (Vec<String>, Vec<Vec<String>>) {
+    let modes = &r.settings.modes;
+    let mut head = vec!["boot".to_string(), "#".into(), "program".into()];
+    head.extend(modes.iter().cloned());
+    let mut keys: Vec<(usize, usize, String, bool)> = r
+        .launches
+        .iter()
+        .map(|l| (l.boot, l.launch, l.program.clone(), l.measured))
+        .collect();
+    keys.sort();
+    keys.dedup();
+    let rows = keys
+        .into_iter()
+        .map(|(boot, launch, program, measured)| {
+            let mut row = vec![
+                format!("{boot}{}", if measured { "" } else { " (train)" }),
+                launch.to_string(),
+                program,
+            ];
+            for m in modes {
+                let cell = r
+                    .launches
+                    .iter()
+                    .find(|l| &l.mode == m && l.boot == boot && l.launch == launch)
+                    .map_or("-".into(), |l| match l.gap {
+                        Some(g) if m != "none" && m != "warm" => {
+                            format!("{:.0} ms ({:.0}%)", l.ms, g * 100.0)
+                        }
+                        _ => format!("{:.0} ms", l.ms),
+                    });
+                row.push(cell);
+            }
+            row
+        })
+        .collect();
+    (head, rows)
+}
+
+fn totals_rows(r: &UsageResults) -> (Vec<String>, Vec<Vec<String>>) {
+    let head = [
+        "mode",
+        "launches",
+        "total",
+        "gap captured",
+        "precision",
+        "preloaded",
+        "max held / budget",
+        "extra read",
+        "slower than 1.02x cold",
+    ]
+    .map(String::from)
+    .to_vec();
+    let rows = r
+        .totals
+        .iter()
+        .map(|t| {
+            vec![
+                t.mode.clone(),
+                t.launches.to_string(),
+                format!("{:.2} s", t.total_ms / 1e3),
+                pct(t.gap_captured),
+                pct(t.precision),
+                mib(t.bytes_preloaded),
+                match (t.max_held_bytes, t.budget_at_max_bytes) {
+                    (Some(h), Some(b)) => format!("{} / {}", mib(Some(h)), mib(Some(b))),
+                    (Some(h), None) => mib(Some(h)),
+                    _ => "n/a".into(),
+                },
+                signed_mib(t.extra_read_bytes),
+                match (t.slower_than_cold, t.max_ratio_to_cold) {
+                    (n, Some(x)) => format!("{n} (max {x:.2}x)"),
+                    (n, None) => format!("{n}"),
+                },
+            ]
+        })
+        .collect();
+    (head, rows)
+}
+
+fn text_table(head: &[String], rows: &[Vec<String>]) -> String {
+    let mut w: Vec<usize> = head.iter().map(|h| h.chars().count()).collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            w[i] = w[i].max(c.chars().count());
+        }
+    }
+    let line = |cells: &[String]| {
+        let s: Vec<String> = cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{c:<width$}", width = w[i]))
+            .collect();
+        s.join("  ").trim_end().to_string() + "\n"
+    };
+    let mut out = line(head);
+    for r in rows {
+        out += &line(r);
+    }
+    out
+}
+
+fn md_table(head: &[String], rows: &[Vec<String>]) -> String {
+    let mut out = format!("| {} |\n", head.join(" | "));
+    out += &format!("|{}\n", "---|".repeat(head.len()));
+    for r in rows {
+        out += &format!("| {} |\n", r.join(" | "));
+    }
+    out
+}
+
+const GAP_NOTE: &str = "Gap captured = (cold - t) / (cold - warm), cold being the `none` \
+mode's time of the same launch and warm the `warm` mode's; totals are over the measured \
+boots. Precision = bytes preloaded that a launch used / bytes preloaded (the daemon's \
+figures; n/a for Debian's preload, whose reads are not observable).";
+
+/// The table printed on stdout.
+pub fn render(r: &UsageResults) -> String {
+    let (h, rows) = launch_rows(r);
+    let (th, trows) = totals_rows(r);
+    format!(
+        "Usage log: {} boots ({} training), {} launches; {}\n\n{}\nTotals over the measured boots:\n{}\n{GAP_NOTE}\n",
+        r.settings.boots,
+        r.settings.train_boots,
+        r.log.iter().filter(|s| matches!(s, Step::Launch { .. })).count(),
+        r.settings.log_source,
+        text_table(&h, &rows),
+        text_table(&th, &trows),
+    )
+}
+
+/// The results as Markdown: machine and method, then both tables.
+pub fn render_markdown(r: &UsageResults) -> String {
+    let (h, rows) = launch_rows(r);
+    let (th, trows) = totals_rows(r);
+    format!(
+        "## Usage log\n\nMachine: {}.\n\nMethod: `warmstart bench usage` replayed {} \
+         ({} boots, the first {} training); at each boot, sync, caches dropped, the mode's \
+         prefetcher restarted with the state of its earlier boots; launches without a \
+         wrapper; modes {}. Reads counted on {}.\n\n### Totals\n\n{}\n### Launches\n\n{}\n{GAP_NOTE}\n",
+        r.machine.describe(),
+        r.settings.log_source,
+        r.settings.boots,
+        r.settings.train_boots,
+        r.settings.modes.join(", "),
+        r.settings.disks.join(", "),
+        md_table(&th, &trows),
+        md_table(&h, &rows),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn launch(mode: &str, boot: usize, n: usize, ms: f64, measured: bool) -> LaunchResult {
+        LaunchResult {
+            mode: mode.into(),
+            boot,
+            launch: n,
+            program: "p".into(),
+            measured,
+            start_s: 0.0,
+            ms,
+            cold_ms: None,
+            warm_ms: None,
+            gap: None,
+            preload_state_before: None,
+            predictions_before: None,
+        }
+    }
+
+    #[test]
+    fn gap_arithmetic() {
+        assert_eq!(gap(1000.0, 200.0, 200.0), Some(1.0));
+        assert_eq!(gap(1000.0, 200.0, 1000.0), Some(0.0));
+        assert_eq!(gap(1000.0, 200.0, 600.0), Some(0.5));
+        // Slower than cold: a negative share.
+        assert_eq!(gap(1000.0, 200.0, 1080.0), Some(-0.1));
+        // No gap to capture.
+        assert_eq!(gap(200.0, 200.0, 100.0), None);
+        assert_eq!(gap(100.0, 200.0, 100.0), None);
+    }
+
+    #[test]
+    fn baselines_are_the_same_launch_in_none_and_warm() {
+        let mut ls = vec![
+            launch("none", 2, 1, 1000.0, true),
+            launch("none", 2, 2, 500.0, true),
+            launch("warm", 2, 1, 200.0, true),
+            launch("warm", 2, 2, 100.0, true),
+            launch("predict", 2, 1, 280.0, true),
+            launch("predict", 2, 2, 500.0, true),
+            launch("predict", 1, 1, 900.0, false),
+        ];
+        fill_baselines(&mut ls);
+        assert_eq!(ls[4].cold_ms, Some(1000.0));
+        assert_eq!(ls[4].warm_ms, Some(200.0));
+        assert!((ls[4].gap.unwrap() - 0.9).abs() < 1e-9);
+        assert_eq!(ls[5].gap, Some(0.0));
+        // No baseline for a boot the other modes did not run.
+        assert_eq!(ls[6].cold_ms, None);
+        assert_eq!(ls[6].gap, None);
+        assert_eq!(ls[0].gap, Some(0.0));
+        assert_eq!(ls[2].gap, Some(1.0));
+    }
+
+    #[test]
+    fn totals_over_measured_boots() {
+        let mut ls = vec![
+            launch("none", 1, 1, 5000.0, false),
+            launch("none", 2, 1, 1000.0, true),
+            launch("none", 2, 2, 500.0, true),
+            launch("warm", 1, 1, 100.0, false),
+            launch("warm", 2, 1, 200.0, true),
+            launch("warm", 2, 2, 100.0, true),
+            launch("predict", 1, 1, 5000.0, false),
+            launch("predict", 2, 1, 280.0, true),
+            launch("predict", 2, 2, 520.0, true),
+        ];
+        fill_baselines(&mut ls);
+        let boot = |mode: &str, b, measured, read, daemon| BootResult {
+            mode: mode.into(),
+            boot: b,
+            measured,
+            read_bytes: read,
+            daemon,
+        };
+        let d = |pre, used| {
+            Some(DaemonBoot {
+                bytes_preloaded: pre,
+                bytes_used: used,
+                ..DaemonBoot::default()
+            })
+        };
+        let boots = vec![
+            boot("none", 1, false, 999, None),
+            boot("none", 2, true, 100, None),
+            boot("warm", 2, true, 300, None),
+            boot("predict", 1, false, 999, d(1000, 0)),
+            boot("predict", 2, true, 150, d(400, 300)),
+        ];
+        let sample = |boot, held, budget| Sample {
+            mode: "predict".into(),
+            boot,
+            t_s: 0.0,
+            cached_bytes: 1,
+            held_bytes: Some(held),
+            budget_bytes: Some(budget),
+            preload_state: None,
+            preloads: None,
+        };
+        // The training boot's sample over the budget is not counted.
+        let samples = vec![sample(1, 900, 100), sample(2, 40, 100), sample(2, 60, 90)];
+        let modes: Vec<String> = ["none", "predict", "warm"].map(String::from).to_vec();
+        let t = totals(&modes, &ls, &boots, &samples);
+        let p = &t[1];
+        assert_eq!(p.launches, 2);
+        assert_eq!(p.total_ms, 800.0);
+        // (1000-280 + 500-520) / (800 + 400) = 700 / 1200.
+        assert!((p.gap_captured.unwrap() - 700.0 / 1200.0).abs() < 1e-9);
+        assert_eq!(p.precision, Some(0.75));
+        assert_eq!(p.max_held_bytes, Some(60));
+        assert_eq!(p.budget_at_max_bytes, Some(90));
+        assert_eq!(p.over_budget, Some(false));
+        assert_eq!(p.extra_read_bytes, Some(50));
+        assert_eq!(p.slower_than_cold, 1);
+        assert!((p.max_ratio_to_cold.unwrap() - 1.04).abs() < 1e-9);
+        let none = &t[0];
+        assert_eq!(none.gap_captured, Some(0.0));
+        assert_eq!(none.precision, None);
+        assert_eq!(none.over_budget, None);
+        assert_eq!(none.extra_read_bytes, Some(0));
+        assert_eq!(t[2].gap_captured, Some(1.0));
+        // Without the none mode, no gap and no extra reads.
+        let modes: Vec<String> = ["predict", "warm"].map(String::from).to_vec();
+        let ls2: Vec<LaunchResult> = ls.iter().filter(|l| l.mode != "none").cloned().collect();
+        let mut ls2 = ls2;
+        fill_baselines(&mut ls2);
+        let t = totals(&modes, &ls2, &boots, &samples);
+        assert_eq!(t[0].gap_captured, None);
+        assert_eq!(t[0].extra_read_bytes, None);
+    }
+
+    #[test]
+    fn precision_needs_preloads() {
+        assert_eq!(precision(&[]), None);
+        let a = DaemonBoot {
+            bytes_preloaded: 100,
+            bytes_used: 25,
+            ..DaemonBoot::default()
+        };
+        let b = DaemonBoot {
+            bytes_preloaded: 300,
+            bytes_used: 275,
+            ..DaemonBoot::default()
+        };
+        assert_eq!(precision(&[&a, &b]), Some(0.75));
+        assert_eq!(precision(&[&DaemonBoot::default()]), None);
+    }
+}
