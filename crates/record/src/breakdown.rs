@@ -403,7 +403,7 @@ pub fn classify(inp: &Inputs<'_>) -> Breakdown {
         unattributed.extend(t.awaiting.into_iter().map(|(_, d)| d));
     }
     out.unattributed_waits = unattributed.len() as u64;
-    out.unattributed_wait_ms = unattributed.iter().map(|&d| ms(d)).sum();
+    out.unattributed_wait_ms = ms(unattributed.iter().sum());
 
     // Requests per file, for the missed pages' lag.
     let mut requests: HashMap<Key, Vec<&Request>> = HashMap::new();

@@ -1,0 +1,76 @@
+//! `warmstart run --breakdown`: the inputs of the page classification
+//! ([`warmstart_record::breakdown`]) from this launch's plan, its replay's
+//! request log and its audit trace.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use warmstart_plan::trace::Trace;
+use warmstart_plan::{Entry, Plan};
+use warmstart_record::breakdown::{classify, Breakdown, Inputs, Key, PlanPages, Request};
+use warmstart_record::resolve::{Class, Classifier};
+use warmstart_record::waits::Collected;
+use warmstart_replay::IssuedRequest;
+
+/// The plan's pages, keyed as the classification keys events.
+fn plan_pages(plan: &Plan) -> PlanPages {
+    let mut pages = PlanPages::default();
+    for e in &plan.entries {
+        match *e {
+            Entry::Data { file, offset, len } => {
+                let f = &plan.files[file as usize];
+                pages.add((f.id.dev, f.id.ino), Some(&f.path), offset, len);
+            }
+            Entry::Meta {
+                device,
+                offset,
+                len,
+            } => pages.add((device, 0), None, offset, len),
+            Entry::Lookup { .. } => {}
+        }
+    }
+    pages
+}
+
+/// Classifies the launch's pages. `issued` is the replay's request log,
+/// `trace` the launch's audit trace (it names files the plan does not).
+pub(super) fn build(
+    plan: &Plan,
+    collected: &Collected,
+    issued: &[IssuedRequest],
+    trace: Option<&Trace>,
+) -> Breakdown {
+    let pages = plan_pages(plan);
+    let requests: Vec<Request> = issued
+        .iter()
+        .filter_map(|q| {
+            let f = plan.files.get(q.file as usize)?;
+            Some(Request::of_bytes(
+                (f.id.dev, f.id.ino),
+                q.offset,
+                q.len,
+                q.t_ns,
+            ))
+        })
+        .collect();
+    let names: HashMap<Key, String> = trace
+        .into_iter()
+        .flat_map(|t| &t.files)
+        .filter_map(|f| Some(((f.id.dev, f.id.ino), f.path.clone()?)))
+        .collect();
+    // Block-device mappings (metadata) are told from files as the
+    // recorder tells them.
+    let classifier = Classifier::new(Path::new("/"));
+    let key_of = |dev: u32, ino: u64| match classifier.classify(u64::from(dev), ino) {
+        Class::Data { dev } => (dev, ino),
+        Class::Meta { device } => (device, 0),
+    };
+    classify(&Inputs {
+        events: &collected.events,
+        plan: &pages,
+        requests: &requests,
+        names: &names,
+        key_of: &key_of,
+        drops: collected.drops,
+    })
+}
