@@ -265,6 +265,9 @@ impl PageState {
 struct Thread {
     /// The page its next sleep is for, if it faulted or inserted one.
     pending: Option<(Key, u64)>,
+    /// A sleep went to `pending`: the thread has its page, and a page it
+    /// inserts next is a new need.
+    slept: bool,
     /// Sleeps waiting for the thread's next read to name their page.
     awaiting: Vec<(u64, u64)>,
 }
@@ -363,7 +366,10 @@ pub fn classify(inp: &Inputs<'_>) -> Breakdown {
                 let dur = end_ns.saturating_sub(e.ts_ns);
                 out.wait_ms += ms(dur);
                 match t.pending {
-                    Some(at) => attribute(&mut pages, at, e.ts_ns, dur),
+                    Some(at) => {
+                        attribute(&mut pages, at, e.ts_ns, dur);
+                        t.slept = true;
+                    }
                     None => t.awaiting.push((e.ts_ns, dur)),
                 }
             }
@@ -371,10 +377,17 @@ pub fn classify(inp: &Inputs<'_>) -> Breakdown {
             WaitKind::Fault => {
                 unattributed.extend(t.awaiting.drain(..).map(|(_, d)| d));
                 t.pending = Some((key, e.index));
+                t.slept = false;
             }
             WaitKind::AddLaunch => {
                 unattributed.extend(t.awaiting.drain(..).map(|(_, d)| d));
-                t.pending.get_or_insert((key, e.index));
+                // The rest of one readahead (same file) does not move the
+                // page waited for; another file's (an open's metadata
+                // read, then the file's data), or any after a sleep, does.
+                if t.slept || t.pending.is_none_or(|(k, _)| k != key) {
+                    t.pending = Some((key, e.index));
+                    t.slept = false;
+                }
             }
             WaitKind::Get => {
                 // The page waited for: the first of the read that some read
@@ -391,10 +404,12 @@ pub fn classify(inp: &Inputs<'_>) -> Breakdown {
                     attribute(&mut pages, (key, page), start, dur);
                 }
                 t.pending = None;
+                t.slept = false;
             }
             WaitKind::Map => {
                 unattributed.extend(t.awaiting.drain(..).map(|(_, d)| d));
                 t.pending = None;
+                t.slept = false;
             }
             _ => {}
         }

@@ -307,3 +307,27 @@ fn plan_pages_merge_overlapping_and_adjacent_ranges() {
     }
     assert!(!p.contains(key(2), 0));
 }
+
+#[test]
+fn a_sleep_goes_to_the_data_read_after_an_opens_metadata_read() {
+    // An open reads an inode block (metadata, not in the plan) and sleeps
+    // for it; the read that follows inserts the file's page and sleeps
+    // again: that sleep is the file's, not the metadata's.
+    const META: u64 = 500;
+    let b = run(
+        &[
+            exec(0),
+            add_launch(ROOT, 1, META, 3, 1),
+            sleep(ROOT, 1, 2),
+            add_launch(ROOT, 3, DATA, 0, 1),
+            add_launch(ROOT, 3, DATA, 1, 1),
+            sleep(ROOT, 3, 7),
+            get(ROOT, 7, DATA, 0, 2),
+        ],
+        &[],
+    );
+    let data = b.top_files.iter().find(|f| f.path == "/srv/data").unwrap();
+    assert!((data.wait_ms - 4.0).abs() < 1e-9, "{:?}", b.top_files);
+    assert!((b.not_in_plan.wait_ms - 1.0).abs() < 1e-9);
+    assert!((b.missed.wait_ms - 4.0).abs() < 1e-9);
+}
