@@ -50,6 +50,9 @@ pub enum WaitKind {
     Fork { child: u32 },
     /// A launch process ended.
     Exit,
+    /// A launch thread preempted: runnable but off-CPU from `ts_ns` to
+    /// `end_ns`; `by_replay`: a replay thread took its CPU.
+    Runnable { end_ns: u64, by_replay: bool },
 }
 
 /// One record of the tracer. `ts_ns` is CLOCK_MONOTONIC, `dev` the
@@ -88,6 +91,10 @@ impl WaitEvent {
                 child: e.index as u32,
             },
             9 => WaitKind::Exit,
+            10 => WaitKind::Runnable {
+                end_ns: e.count,
+                by_replay: e.index != 0,
+            },
             _ => return None,
         };
         Some(WaitEvent {

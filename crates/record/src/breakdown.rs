@@ -192,6 +192,14 @@ pub struct Breakdown {
     pub wait_ms: f64,
     pub unattributed_wait_ms: f64,
     pub unattributed_waits: u64,
+    /// Time the launch's threads were runnable but off the CPU after
+    /// being preempted (by the replay's threads or anything else): the
+    /// CPU the launch waited for, apart from its sleeps.
+    pub runnable_wait_ms: f64,
+    pub preemptions: u64,
+    /// The part of `runnable_wait_ms` that began with a replay thread
+    /// taking the launch thread's CPU.
+    pub runnable_wait_replay_ms: f64,
     pub missed_lag: Lag,
     /// The files the launch waited on longest, longest first.
     pub top_files: Vec<FileWait>,
@@ -362,6 +370,14 @@ pub fn classify(inp: &Inputs<'_>) -> Breakdown {
         let t = threads.entry(e.pid).or_default();
         let key = (inp.key_of)(e.dev, e.ino);
         match e.kind {
+            WaitKind::Runnable { end_ns, by_replay } => {
+                let d = ms(end_ns.saturating_sub(e.ts_ns));
+                out.runnable_wait_ms += d;
+                if by_replay {
+                    out.runnable_wait_replay_ms += d;
+                }
+                out.preemptions += 1;
+            }
             WaitKind::Sleep { end_ns } => {
                 let dur = end_ns.saturating_sub(e.ts_ns);
                 out.wait_ms += ms(dur);

@@ -331,3 +331,38 @@ fn a_sleep_goes_to_the_data_read_after_an_opens_metadata_read() {
     assert!((b.not_in_plan.wait_ms - 1.0).abs() < 1e-9);
     assert!((b.missed.wait_ms - 4.0).abs() < 1e-9);
 }
+
+#[test]
+fn preemptions_are_counted_apart_and_do_not_move_the_page_waited_for() {
+    let mut pre = ev(
+        WaitKind::Runnable {
+            end_ns: 4 * MS,
+            by_replay: true,
+        },
+        ROOT,
+        ROOT,
+        2,
+        0,
+        0,
+        0,
+    );
+    pre.dev = 0;
+    let b = run(
+        &[
+            exec(0),
+            fault(ROOT, 1, LIB, 0),
+            pre,
+            sleep(ROOT, 5, 8),
+            add_launch(ROOT, 5, LIB, 0, 1),
+        ],
+        &[],
+    );
+    assert_eq!(b.preemptions, 1);
+    assert!((b.runnable_wait_ms - 2.0).abs() < 1e-9);
+    assert!((b.runnable_wait_replay_ms - 2.0).abs() < 1e-9);
+    assert!(
+        (b.wait_ms - 3.0).abs() < 1e-9,
+        "a preemption is not a sleep"
+    );
+    assert_eq!(b.missed.waits, 1);
+}

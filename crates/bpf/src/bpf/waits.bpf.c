@@ -16,7 +16,9 @@
  *     the start of filemap_fault, before any wait).
  *   - how long each launch thread was off-CPU in uninterruptible sleep
  *     (tp_btf/sched_switch, prev_state & TASK_UNINTERRUPTIBLE, from the
- *     switch-out to the switch-in that runs it again).
+ *     switch-out to the switch-in that runs it again), and how long it
+ *     was off-CPU though runnable (preempted: the CPU went to someone
+ *     else, such as the replay's threads).
  *   - exec, fork and exit of the launch's processes.
  *
  * Why D-state sleeps measure the wait. A launch thread that needs a page
@@ -68,12 +70,17 @@ struct {
 	__type(value, u8);
 } tracked SEC(".maps");
 
-/* Launch threads asleep in D state: thread id -> when it left the CPU. */
+/* Launch threads off-CPU: thread id -> when it left the CPU, and how. */
+struct off_cpu {
+	u64 since;
+	u32 kind; /* WT_SLEEP or WT_RUNNABLE */
+	u32 by_replay; /* WT_RUNNABLE: the CPU went to a replay thread */
+};
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 65536);
 	__type(key, u32);
-	__type(value, u64);
+	__type(value, struct off_cpu);
 } asleep SEC(".maps");
 
 /* Records lost because the ring buffer was full. */
@@ -215,19 +222,28 @@ int BPF_PROG(wt_switch, bool preempt, struct task_struct *prev, struct task_stru
 	     unsigned int prev_state)
 {
 	u32 next_pid = next->pid;
-	u64 *since = bpf_map_lookup_elem(&asleep, &next_pid);
+	struct off_cpu *off = bpf_map_lookup_elem(&asleep, &next_pid);
 	u64 now = 0;
 
-	if (since) {
+	if (off) {
 		now = bpf_ktime_get_ns();
-		emit(WT_SLEEP, next_pid, next->tgid, *since, 0, 0, 0, now, BPF_RB_NO_WAKEUP);
+		emit(off->kind, next_pid, next->tgid, off->since, 0, 0, off->by_replay, now,
+		     BPF_RB_NO_WAKEUP);
 		bpf_map_delete_elem(&asleep, &next_pid);
 	}
-	if (!preempt && (prev_state & WT_TASK_UNINTERRUPTIBLE) && tracked_tgid(prev->tgid)) {
+	/* Preempted (or yielding) threads stay runnable whatever their state
+	 * says; others left the CPU to sleep, and only D sleeps are waits. */
+	u32 kind = 0;
+	if (preempt || prev_state == 0)
+		kind = WT_RUNNABLE;
+	else if (prev_state & WT_TASK_UNINTERRUPTIBLE)
+		kind = WT_SLEEP;
+	if (kind && tracked_tgid(prev->tgid)) {
 		u32 prev_pid = prev->pid;
-		if (!now)
-			now = bpf_ktime_get_ns();
-		bpf_map_update_elem(&asleep, &prev_pid, &now, BPF_ANY);
+		struct off_cpu v = { .since = now ? now : bpf_ktime_get_ns(),
+				     .kind = kind,
+				     .by_replay = next->tgid == replay_tgid };
+		bpf_map_update_elem(&asleep, &prev_pid, &v, BPF_ANY);
 	}
 	return 0;
 }

@@ -17,6 +17,7 @@ enum wt_kind {
 	WT_EXEC = 7,       /* a launch process exec'd; dev/ino: the binary */
 	WT_FORK = 8,       /* the launch grew a process: index = the child's tgid */
 	WT_EXIT = 9,       /* a launch process ended */
+	WT_RUNNABLE = 10,  /* a launch thread was preempted: runnable, off-CPU ts_ns..end_ns */
 };
 
 struct wt_ev {
@@ -26,8 +27,8 @@ struct wt_ev {
 	unsigned int dev;  /* kernel encoding (major << 20 | minor) */
 	unsigned long long ts_ns; /* CLOCK_MONOTONIC */
 	unsigned long long ino;
-	unsigned long long index; /* first page */
-	unsigned long long count; /* pages; for WT_SLEEP the end time */
+	unsigned long long index; /* first page; WT_RUNNABLE: 1 if a replay thread took the CPU */
+	unsigned long long count; /* pages; for WT_SLEEP and WT_RUNNABLE the end time */
 };
 
 #endif

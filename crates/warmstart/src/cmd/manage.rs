@@ -90,11 +90,14 @@ fn breakdown_summary(b: &warmstart_record::breakdown::Breakdown) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "warmstart: breakdown: {} pages touched ({}), {:.1} ms waiting in D state ({:.1} ms not for a page)",
+        "warmstart: breakdown: {} pages touched ({}), {:.1} ms waiting in D state ({:.1} ms not for a page), {:.1} ms runnable after {} preemptions ({:.1} ms of it after a replay thread took the CPU)",
         b.touched_pages,
         human_bytes(b.touched_pages * 4096),
         b.wait_ms,
-        b.unattributed_wait_ms
+        b.unattributed_wait_ms,
+        b.runnable_wait_ms,
+        b.preemptions,
+        b.runnable_wait_replay_ms
     );
     for (name, c) in [
         ("resident", &b.resident),
