@@ -42,8 +42,9 @@ pub enum WaitKind {
     Map,
     /// A fault on a file mapping, before any wait.
     Fault,
-    /// A launch thread off-CPU in D state from `ts_ns` to `end_ns`.
-    Sleep { end_ns: u64 },
+    /// A launch thread off-CPU in D state from `ts_ns` to `end_ns`;
+    /// `stack`: its kernel stack's id ([`WaitTracer::stack`]).
+    Sleep { end_ns: u64, stack: Option<u32> },
     /// A launch process exec'd `dev`/`ino`.
     Exec,
     /// A launch process forked process `child`.
@@ -85,7 +86,10 @@ impl WaitEvent {
             3 => WaitKind::Get,
             4 => WaitKind::Map,
             5 => WaitKind::Fault,
-            6 => WaitKind::Sleep { end_ns: e.count },
+            6 => WaitKind::Sleep {
+                end_ns: e.count,
+                stack: e.index.checked_sub(1).map(|i| i as u32),
+            },
             7 => WaitKind::Exec,
             8 => WaitKind::Fork {
                 child: e.index as u32,
@@ -184,6 +188,22 @@ impl WaitTracer {
         self.ring.consume().map_err(bpf_err("consume"))?;
         out.extend(self.rx.try_iter());
         Ok(())
+    }
+
+    /// The kernel stack (return addresses, innermost first) of a sleep.
+    pub fn stack(&self, id: u32) -> Option<Vec<u64>> {
+        let v = self
+            .skel
+            .maps
+            .stacks
+            .lookup(&id.to_ne_bytes(), MapFlags::ANY)
+            .ok()??;
+        Some(
+            v.chunks_exact(8)
+                .map(|b| u64::from_ne_bytes(b.try_into().expect("8 bytes")))
+                .take_while(|&a| a != 0)
+                .collect(),
+        )
     }
 
     /// Records the kernel dropped because the ring buffer was full.

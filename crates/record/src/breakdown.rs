@@ -29,6 +29,8 @@ use std::collections::{BTreeMap, HashMap};
 use serde::Serialize;
 use warmstart_bpf::{WaitEvent, WaitKind};
 
+pub use crate::kallsyms::SleepWhy;
+
 const PAGE: u64 = 4096;
 /// A read's event names the pages asked for, of which one call returns
 /// at most a batch of folios; the read loop's next call names the rest.
@@ -109,6 +111,9 @@ pub struct Inputs<'a> {
     pub names: &'a HashMap<Key, String>,
     /// The key of an event's (kernel dev, ino).
     pub key_of: &'a dyn Fn(u32, u64) -> Key,
+    /// What each sleep stack was for (by the tracer's stack id). A sleep
+    /// whose stack is unknown is taken as one for a page.
+    pub sleeps: &'a HashMap<u32, SleepWhy>,
     pub drops: u64,
 }
 
@@ -163,6 +168,21 @@ pub struct FileWait {
     pub not_in_plan: u64,
 }
 
+/// Sleeps that went to no page, by where in the kernel they slept.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SleepReason {
+    /// A kernel function (`rwsem_down_read_slowpath`: the mmap lock), or
+    /// `page wait, no page named` for a storage wait the thread's page
+    /// events did not name.
+    pub function: String,
+    pub wait_ms: f64,
+    pub waits: u64,
+}
+
+/// How many reasons [`Breakdown::unattributed_by`] keeps.
+const TOP_REASONS: usize = 8;
+const NO_PAGE_NAMED: &str = "page wait, no page named";
+
 /// The replay against the launch, in ms since the launch's exec
 /// (negative: before it).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -192,6 +212,9 @@ pub struct Breakdown {
     pub wait_ms: f64,
     pub unattributed_wait_ms: f64,
     pub unattributed_waits: u64,
+    /// The unattributed sleeps by what they were in (the innermost kernel
+    /// function below the scheduler), longest first.
+    pub unattributed_by: Vec<SleepReason>,
     /// Time the launch's threads were runnable but off the CPU after
     /// being preempted (by the replay's threads or anything else): the
     /// CPU the launch waited for, apart from its sleeps.
@@ -351,7 +374,7 @@ pub fn classify(inp: &Inputs<'_>) -> Breakdown {
         drops: inp.drops,
         ..Breakdown::default()
     };
-    let mut unattributed: Vec<u64> = Vec::new();
+    let mut unattributed: Vec<(u64, String)> = Vec::new();
     let mut threads: HashMap<u32, Thread> = HashMap::new();
     let attribute =
         |pages: &mut HashMap<(Key, u64), PageState>, at: (Key, u64), start: u64, dur: u64| {
@@ -378,9 +401,16 @@ pub fn classify(inp: &Inputs<'_>) -> Breakdown {
                 }
                 out.preemptions += 1;
             }
-            WaitKind::Sleep { end_ns } => {
+            WaitKind::Sleep { end_ns, stack } => {
                 let dur = end_ns.saturating_sub(e.ts_ns);
                 out.wait_ms += ms(dur);
+                // A sleep for a lock leaves the page waited for as it is.
+                if let Some(w) = stack.and_then(|id| inp.sleeps.get(&id)) {
+                    if !w.for_page {
+                        unattributed.push((dur, w.function.clone()));
+                        continue;
+                    }
+                }
                 match t.pending {
                     Some(at) => {
                         attribute(&mut pages, at, e.ts_ns, dur);
@@ -391,12 +421,12 @@ pub fn classify(inp: &Inputs<'_>) -> Breakdown {
             }
             _ if !relevant(e) => {}
             WaitKind::Fault => {
-                unattributed.extend(t.awaiting.drain(..).map(|(_, d)| d));
+                unattributed.extend(t.awaiting.drain(..).map(|(_, d)| (d, NO_PAGE_NAMED.into())));
                 t.pending = Some((key, e.index));
                 t.slept = false;
             }
             WaitKind::AddLaunch => {
-                unattributed.extend(t.awaiting.drain(..).map(|(_, d)| d));
+                unattributed.extend(t.awaiting.drain(..).map(|(_, d)| (d, NO_PAGE_NAMED.into())));
                 // The rest of one readahead (same file) does not move the
                 // page waited for; another file's (an open's metadata
                 // read, then the file's data), or any after a sleep, does.
@@ -423,7 +453,7 @@ pub fn classify(inp: &Inputs<'_>) -> Breakdown {
                 t.slept = false;
             }
             WaitKind::Map => {
-                unattributed.extend(t.awaiting.drain(..).map(|(_, d)| d));
+                unattributed.extend(t.awaiting.drain(..).map(|(_, d)| (d, NO_PAGE_NAMED.into())));
                 t.pending = None;
                 t.slept = false;
             }
@@ -431,10 +461,35 @@ pub fn classify(inp: &Inputs<'_>) -> Breakdown {
         }
     }
     for t in threads.into_values() {
-        unattributed.extend(t.awaiting.into_iter().map(|(_, d)| d));
+        unattributed.extend(
+            t.awaiting
+                .into_iter()
+                .map(|(_, d)| (d, NO_PAGE_NAMED.into())),
+        );
     }
     out.unattributed_waits = unattributed.len() as u64;
-    out.unattributed_wait_ms = ms(unattributed.iter().sum());
+    out.unattributed_wait_ms = ms(unattributed.iter().map(|(d, _)| d).sum());
+    let mut reasons: HashMap<String, (u64, u64)> = HashMap::new();
+    for (d, f) in unattributed {
+        let r = reasons.entry(f).or_default();
+        r.0 += d;
+        r.1 += 1;
+    }
+    let mut reasons: Vec<SleepReason> = reasons
+        .into_iter()
+        .map(|(function, (d, n))| SleepReason {
+            function,
+            wait_ms: ms(d),
+            waits: n,
+        })
+        .collect();
+    reasons.sort_by(|a, b| {
+        b.wait_ms
+            .total_cmp(&a.wait_ms)
+            .then_with(|| a.function.cmp(&b.function))
+    });
+    reasons.truncate(TOP_REASONS);
+    out.unattributed_by = reasons;
 
     // Requests per file, for the missed pages' lag.
     let mut requests: HashMap<Key, Vec<&Request>> = HashMap::new();

@@ -11,6 +11,9 @@ const MS: u64 = 1_000_000;
 const BIN: u64 = 10;
 const LIB: u64 = 11;
 const DATA: u64 = 12;
+/// Stack ids: a sleep for the mmap lock, and one on a folio.
+const LOCK_STACK: u32 = 1;
+const PAGE_STACK: u32 = 2;
 
 fn ev(
     kind: WaitKind,
@@ -60,7 +63,10 @@ fn fault(pid: u32, t: u64, ino: u64, index: u64) -> WaitEvent {
 }
 fn sleep(pid: u32, from: u64, to: u64) -> WaitEvent {
     let mut e = ev(
-        WaitKind::Sleep { end_ns: to * MS },
+        WaitKind::Sleep {
+            end_ns: to * MS,
+            stack: None,
+        },
         pid,
         ROOT,
         from,
@@ -69,6 +75,15 @@ fn sleep(pid: u32, from: u64, to: u64) -> WaitEvent {
         0,
     );
     e.dev = 0;
+    e
+}
+
+fn sleep_in(pid: u32, from: u64, to: u64, stack: u32) -> WaitEvent {
+    let mut e = sleep(pid, from, to);
+    e.kind = WaitKind::Sleep {
+        end_ns: to * MS,
+        stack: Some(stack),
+    };
     e
 }
 
@@ -89,7 +104,24 @@ fn run(events: &[WaitEvent], requests: &[Request]) -> Breakdown {
     let plan = plan();
     let names = HashMap::from([(key(99), "/etc/not-planned".to_string())]);
     let key_of = |dev: u32, ino: u64| (dev as u64, ino);
+    let sleeps = HashMap::from([
+        (
+            LOCK_STACK,
+            SleepWhy {
+                for_page: false,
+                function: "rwsem_down_read_slowpath".into(),
+            },
+        ),
+        (
+            PAGE_STACK,
+            SleepWhy {
+                for_page: true,
+                function: "folio_wait_bit_common".into(),
+            },
+        ),
+    ]);
     let b = classify(&Inputs {
+        sleeps: &sleeps,
         events,
         plan: &plan,
         requests,
@@ -365,4 +397,36 @@ fn preemptions_are_counted_apart_and_do_not_move_the_page_waited_for() {
         "a preemption is not a sleep"
     );
     assert_eq!(b.missed.waits, 1);
+}
+
+#[test]
+fn a_sleep_for_a_lock_goes_to_no_page_and_is_named() {
+    // A fault on a cached page, then a sleep for the mmap lock, then one
+    // on the folio of a page the thread inserted.
+    let b = run(
+        &[
+            exec(0),
+            fault(ROOT, 1, LIB, 0),
+            sleep_in(ROOT, 2, 6, LOCK_STACK),
+            sleep_in(ROOT + 1, 2, 3, LOCK_STACK),
+            add_launch(ROOT, 7, DATA, 0, 1),
+            sleep_in(ROOT, 7, 8, PAGE_STACK),
+            get(ROOT, 8, DATA, 0, 1),
+        ],
+        &[],
+    );
+    assert_eq!(
+        b.resident.waits, 0,
+        "the lock sleep is not the cached page's"
+    );
+    assert_eq!(b.missed.waits, 1);
+    assert_eq!(b.unattributed_waits, 2);
+    assert_eq!(
+        b.unattributed_by,
+        vec![SleepReason {
+            function: "rwsem_down_read_slowpath".into(),
+            wait_ms: 5.0,
+            waits: 2
+        }]
+    );
 }

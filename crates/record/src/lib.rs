@@ -4,6 +4,7 @@
 
 pub mod breakdown;
 pub mod evict;
+pub mod kallsyms;
 pub mod procscan;
 pub mod resolve;
 pub mod source;

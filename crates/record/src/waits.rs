@@ -3,12 +3,13 @@
 //! ring buffer is not `Send`, so it is loaded, fed and drained on that
 //! thread; the caller hands it the launch's root pid before releasing it.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use warmstart_bpf::{WaitEvent, WaitTracer};
+use warmstart_bpf::{WaitEvent, WaitKind, WaitTracer};
 
 use crate::Error;
 
@@ -30,6 +31,8 @@ pub struct Collected {
     pub drops: u64,
     /// Why polling stopped early, if it did.
     pub error: Option<String>,
+    /// The kernel stacks of the sleeps, by id.
+    pub stacks: HashMap<u32, Vec<u64>>,
 }
 
 impl WaitSession {
@@ -72,6 +75,18 @@ impl WaitSession {
                     out.error.get_or_insert(e.to_string());
                 }
                 out.drops = tracer.drops();
+                for e in &out.events {
+                    if let WaitKind::Sleep {
+                        stack: Some(id), ..
+                    } = e.kind
+                    {
+                        if !out.stacks.contains_key(&id) {
+                            if let Some(s) = tracer.stack(id) {
+                                out.stacks.insert(id, s);
+                            }
+                        }
+                    }
+                }
                 out
             })?;
         match ready_rx.recv() {

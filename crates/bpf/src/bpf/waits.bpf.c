@@ -30,11 +30,12 @@
  * the launch never waited for. The interval ends at the switch-in, so time
  * spent runnable after the wake-up (CPU taken by the replay) is counted:
  * the launch waited for it too. User space attributes each sleep to the
- * page the thread was after (see crates/record/src/breakdown.rs).
+ * page the thread was after (see crates/record/src/breakdown.rs); the
+ * sleep's kernel stack (bpf_get_stackid) tells whether it was for a page
+ * at all (folio_wait_bit_common, __wait_on_buffer) or for a lock.
  *
- * What it cannot see. D sleeps that are not for a page (a mutex, the
- * journal, a metadata read through buffer heads that inserts no page) are
- * reported unattributed. Insertions by third parties (other programs,
+ * What it cannot see. The page a sleep is for is inferred from the
+ * thread's page events around it, not read from the wait itself. Insertions by third parties (other programs,
  * kernel threads) are not recorded: their pages count as already cached.
  * Needs tp_btf only; nothing of record.bpf.c is shared, so the recorder's
  * behaviour and cost are unchanged when this is not loaded.
@@ -75,6 +76,7 @@ struct off_cpu {
 	u64 since;
 	u32 kind; /* WT_SLEEP or WT_RUNNABLE */
 	u32 by_replay; /* WT_RUNNABLE: the CPU went to a replay thread */
+	s64 stack; /* WT_SLEEP: id in `stacks`, negative if not taken */
 };
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -82,6 +84,16 @@ struct {
 	__type(key, u32);
 	__type(value, struct off_cpu);
 } asleep SEC(".maps");
+
+/* Kernel stacks of D sleeps: user space tells a wait for a page
+ * (folio_wait_bit_common, __wait_on_buffer, ...) from one for a lock. */
+#define WT_STACK_DEPTH 32
+struct {
+	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(max_entries, 16384);
+	__uint(key_size, sizeof(u32));
+	__uint(value_size, WT_STACK_DEPTH * sizeof(u64));
+} stacks SEC(".maps");
 
 /* Records lost because the ring buffer was full. */
 struct {
@@ -227,7 +239,10 @@ int BPF_PROG(wt_switch, bool preempt, struct task_struct *prev, struct task_stru
 
 	if (off) {
 		now = bpf_ktime_get_ns();
-		emit(off->kind, next_pid, next->tgid, off->since, 0, 0, off->by_replay, now,
+		/* WT_SLEEP: index is the stack id (+1, 0: none) */
+		u64 index = off->kind == WT_SLEEP ? (off->stack >= 0 ? off->stack + 1 : 0)
+						  : off->by_replay;
+		emit(off->kind, next_pid, next->tgid, off->since, 0, 0, index, now,
 		     BPF_RB_NO_WAKEUP);
 		bpf_map_delete_elem(&asleep, &next_pid);
 	}
@@ -242,7 +257,11 @@ int BPF_PROG(wt_switch, bool preempt, struct task_struct *prev, struct task_stru
 		u32 prev_pid = prev->pid;
 		struct off_cpu v = { .since = now ? now : bpf_ktime_get_ns(),
 				     .kind = kind,
-				     .by_replay = next->tgid == replay_tgid };
+				     .by_replay = next->tgid == replay_tgid,
+				     .stack = -1 };
+		/* the stack of `current`, which is still prev here */
+		if (kind == WT_SLEEP)
+			v.stack = bpf_get_stackid(ctx, &stacks, 0);
 		bpf_map_update_elem(&asleep, &prev_pid, &v, BPF_ANY);
 	}
 	return 0;

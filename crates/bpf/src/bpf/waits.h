@@ -27,7 +27,8 @@ struct wt_ev {
 	unsigned int dev;  /* kernel encoding (major << 20 | minor) */
 	unsigned long long ts_ns; /* CLOCK_MONOTONIC */
 	unsigned long long ino;
-	unsigned long long index; /* first page; WT_RUNNABLE: 1 if a replay thread took the CPU */
+	unsigned long long index; /* first page; WT_RUNNABLE: 1 if a replay thread took the CPU;
+				   WT_SLEEP: the kernel stack's id in `stacks` + 1, 0 if none */
 	unsigned long long count; /* pages; for WT_SLEEP and WT_RUNNABLE the end time */
 };
 

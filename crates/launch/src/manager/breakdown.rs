@@ -7,7 +7,8 @@ use std::path::Path;
 
 use warmstart_plan::trace::Trace;
 use warmstart_plan::{Entry, Plan};
-use warmstart_record::breakdown::{classify, Breakdown, Inputs, Key, PlanPages, Request};
+use warmstart_record::breakdown::{classify, Breakdown, Inputs, Key, PlanPages, Request, SleepWhy};
+use warmstart_record::kallsyms::{sleep_why, Kallsyms};
 use warmstart_record::resolve::{Class, Classifier};
 use warmstart_record::waits::Collected;
 use warmstart_replay::IssuedRequest;
@@ -65,7 +66,18 @@ pub(super) fn build(
         Class::Data { dev } => (dev, ino),
         Class::Meta { device } => (device, 0),
     };
+    // What each sleep was for, from its kernel stack; without kallsyms
+    // every sleep is taken as one for a page.
+    let sleeps: HashMap<u32, SleepWhy> = match Kallsyms::load() {
+        Some(k) => collected
+            .stacks
+            .iter()
+            .map(|(&id, frames)| (id, sleep_why(frames.iter().filter_map(|&a| k.name(a)))))
+            .collect(),
+        None => HashMap::new(),
+    };
     classify(&Inputs {
+        sleeps: &sleeps,
         events: &collected.events,
         plan: &pages,
         requests: &requests,

@@ -137,6 +137,15 @@ fn breakdown_summary(b: &warmstart_record::breakdown::Breakdown) -> String {
         t.requests,
         at(t.launch_end_ms)
     );
+    if !b.unattributed_by.is_empty() {
+        let why: Vec<String> = b
+            .unattributed_by
+            .iter()
+            .take(3)
+            .map(|r| format!("{} {:.1} ms", r.function, r.wait_ms))
+            .collect();
+        let _ = writeln!(s, "  not for a page: {}", why.join(", "));
+    }
     for f in b.top_files.iter().take(5) {
         let _ = writeln!(
             s,
