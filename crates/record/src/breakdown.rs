@@ -21,8 +21,9 @@
 //! last, after the wait). So a sleep goes to the first page the thread
 //! faulted on or inserted since its last read or fault-around; failing
 //! that, to the page of the thread's next read; failing that, it stays
-//! unattributed (a D sleep that was not for a page: a lock, the journal,
-//! a metadata read through buffer heads).
+//! unattributed. A sleep whose kernel stack shows it was not waiting for
+//! storage (a lock: see [`crate::kallsyms::sleep_why`]) goes to no page
+//! and is named by the function it slept in.
 
 use std::collections::{BTreeMap, HashMap};
 
