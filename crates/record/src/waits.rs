@@ -80,9 +80,9 @@ impl WaitSession {
                         stack: Some(id), ..
                     } = e.kind
                     {
-                        if !out.stacks.contains_key(&id) {
+                        if let std::collections::hash_map::Entry::Vacant(v) = out.stacks.entry(id) {
                             if let Some(s) = tracer.stack(id) {
-                                out.stacks.insert(id, s);
+                                v.insert(s);
                             }
                         }
                     }
