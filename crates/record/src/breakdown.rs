@@ -112,6 +112,9 @@ pub struct Inputs<'a> {
     pub names: &'a HashMap<Key, String>,
     /// The key of an event's (kernel dev, ino).
     pub key_of: &'a dyn Fn(u32, u64) -> Key,
+    /// Files' sizes in bytes, where known: a read's event names the pages
+    /// asked for, which may run past the end of the file.
+    pub sizes: &'a HashMap<Key, u64>,
     /// What each sleep stack was for (by the tracer's stack id). A sleep
     /// whose stack is unknown is taken as one for a page.
     pub sleeps: &'a HashMap<u32, SleepWhy>,
@@ -319,6 +322,15 @@ pub fn classify(inp: &Inputs<'_>) -> Breakdown {
         !(Some(e.tgid) == root && e.ts_ns < exec_ts) || Some((inp.key_of)(e.dev, e.ino)) == binary
     };
 
+    // The end of the pages a use event touched: at most GET_PAGES_MAX,
+    // and none past the end of the file.
+    let use_end = |e: &WaitEvent, key: Key| {
+        let end = e.index + e.count.clamp(1, GET_PAGES_MAX);
+        match inp.sizes.get(&key) {
+            Some(&size) => end.min(size.div_ceil(PAGE)).max(e.index + 1),
+            None => end,
+        }
+    };
     let mut pages: HashMap<(Key, u64), PageState> = HashMap::new();
     let mut replay_inserts: (Option<u64>, Option<u64>) = (None, None);
     let mut launch_end = None;
@@ -346,7 +358,7 @@ pub fn classify(inp: &Inputs<'_>) -> Breakdown {
                 }
             }
             WaitKind::Get | WaitKind::Fault if relevant(e) => {
-                for p in e.index..e.index + e.count.clamp(1, GET_PAGES_MAX) {
+                for p in e.index..use_end(e, key) {
                     let st = pages.entry((key, p)).or_default();
                     st.touch = Some(st.touch.map_or(e.ts_ns, |t| t.min(e.ts_ns)));
                 }
@@ -354,7 +366,7 @@ pub fn classify(inp: &Inputs<'_>) -> Breakdown {
             // Fault-around maps whatever of its window is cached, used or
             // not: only pages inserted during the launch count from it.
             WaitKind::Map if relevant(e) => {
-                for p in e.index..e.index + e.count.clamp(1, GET_PAGES_MAX) {
+                for p in e.index..use_end(e, key) {
                     if let Some(st) = pages.get_mut(&(key, p)) {
                         if st
                             .launch_add
@@ -439,7 +451,7 @@ pub fn classify(inp: &Inputs<'_>) -> Breakdown {
             WaitKind::Get => {
                 // The page waited for: the first of the read that some read
                 // brought in during the launch, else its first.
-                let end = e.index + e.count.clamp(1, GET_PAGES_MAX);
+                let end = use_end(e, key);
                 let page = (e.index..end)
                     .find(|&p| {
                         pages.get(&(key, p)).is_some_and(|s| {

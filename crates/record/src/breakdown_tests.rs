@@ -120,8 +120,11 @@ fn run(events: &[WaitEvent], requests: &[Request]) -> Breakdown {
             },
         ),
     ]);
+    // DATA is 20 pages long.
+    let sizes = HashMap::from([(key(DATA), 20 * PAGE - 100)]);
     let b = classify(&Inputs {
         sleeps: &sleeps,
+        sizes: &sizes,
         events,
         plan: &plan,
         requests,
@@ -428,5 +431,23 @@ fn a_sleep_for_a_lock_goes_to_no_page_and_is_named() {
             wait_ms: 5.0,
             waits: 2
         }]
+    );
+}
+
+#[test]
+fn a_read_past_the_end_of_the_file_touches_only_its_pages() {
+    // read(fd, buf, 1 MiB) at page 16 of a 20-page file
+    let b = run(
+        &[
+            exec(0),
+            get(ROOT, 1, DATA, 16, 256),
+            get(ROOT, 2, LIB, 0, 3),
+        ],
+        &[],
+    );
+    assert_eq!(
+        b.resident.pages,
+        4 + 3,
+        "DATA's pages 16..20, LIB's (size unknown) 0..3"
     );
 }

@@ -54,6 +54,17 @@ pub(super) fn build(
             ))
         })
         .collect();
+    let sizes: HashMap<Key, u64> = plan
+        .files
+        .iter()
+        .map(|f| ((f.id.dev, f.id.ino), f.id.size))
+        .chain(
+            trace
+                .into_iter()
+                .flat_map(|t| &t.files)
+                .map(|f| ((f.id.dev, f.id.ino), f.id.size)),
+        )
+        .collect();
     let names: HashMap<Key, String> = trace
         .into_iter()
         .flat_map(|t| &t.files)
@@ -78,6 +89,7 @@ pub(super) fn build(
     };
     classify(&Inputs {
         sleeps: &sleeps,
+        sizes: &sizes,
         events: &collected.events,
         plan: &pages,
         requests: &requests,
