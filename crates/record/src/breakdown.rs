@@ -115,6 +115,9 @@ pub struct Inputs<'a> {
     /// Files' sizes in bytes, where known: a read's event names the pages
     /// asked for, which may run past the end of the file.
     pub sizes: &'a HashMap<Key, u64>,
+    /// warmstart's own executable: what the held child touches before it
+    /// execs the program is warmstart's, not the launch's.
+    pub own_exe: Option<Key>,
     /// What each sleep stack was for (by the tracer's stack id). A sleep
     /// whose stack is unknown is taken as one for a page.
     pub sleeps: &'a HashMap<u32, SleepWhy>,
@@ -314,12 +317,14 @@ pub fn classify(inp: &Inputs<'_>) -> Breakdown {
     let exec = evs.iter().find(|e| e.kind == WaitKind::Exec).copied();
     let exec_ts = exec.map_or_else(|| evs.first().map_or(0, |e| e.ts_ns), |e| e.ts_ns);
     let root = exec.map(|e| e.tgid);
-    let binary = exec.map(|e| (inp.key_of)(e.dev, e.ino));
-    // Before its exec the root is warmstart's own held child: only the
-    // program's binary, which the kernel reads during the exec, is the
-    // launch's.
+    // Before its exec the root is warmstart's own held child, running
+    // warmstart's code; then its execve reads the program and its ELF
+    // interpreter, before the exec event. Only warmstart's own pages are
+    // left out: the held child touches little else, and what it does
+    // (the C library) the program uses too.
     let relevant = |e: &WaitEvent| {
-        !(Some(e.tgid) == root && e.ts_ns < exec_ts) || Some((inp.key_of)(e.dev, e.ino)) == binary
+        !(Some(e.tgid) == root && e.ts_ns < exec_ts)
+            || Some((inp.key_of)(e.dev, e.ino)) != inp.own_exe
     };
 
     // The end of the pages a use event touched: at most GET_PAGES_MAX,

@@ -3,6 +3,7 @@
 //! request log and its audit trace.
 
 use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use warmstart_plan::trace::Trace;
@@ -87,7 +88,11 @@ pub(super) fn build(
             .collect(),
         None => HashMap::new(),
     };
+    let own_exe = std::fs::metadata("/proc/self/exe")
+        .ok()
+        .map(|m| (m.dev(), m.ino()));
     classify(&Inputs {
+        own_exe,
         sleeps: &sleeps,
         sizes: &sizes,
         events: &collected.events,
