@@ -1,11 +1,10 @@
-//! Compiles `src/bpf/record.bpf.c` with clang and generates its skeleton,
-//! whose `types` module gives Rust the structs of `intf.h` (never hand-copied).
+//! Compiles `src/bpf/record.bpf.c` and `src/bpf/waits.bpf.c` with clang and
+//! generates their skeletons, whose `types` modules give Rust the structs of
+//! `intf.h` and `waits.h` (never hand-copied).
 use std::env;
 use std::path::PathBuf;
 
 use libbpf_cargo::SkeletonBuilder;
-
-const SRC: &str = "src/bpf/record.bpf.c";
 
 fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR is set by cargo"));
@@ -15,18 +14,24 @@ fn main() {
         "aarch64" => "arm64",
         other => other,
     };
-    SkeletonBuilder::new()
-        .source(SRC)
-        .clang_args([
-            format!("-D__TARGET_ARCH_{target}"),
-            "-Isrc/bpf".to_string(),
-            "-Wall".to_string(),
-        ])
-        .build_and_generate(out.join("record.skel.rs"))
-        .expect("compiling record.bpf.c (is clang installed? `make deps`)");
+    for name in ["record", "waits"] {
+        SkeletonBuilder::new()
+            .source(format!("src/bpf/{name}.bpf.c"))
+            .clang_args([
+                format!("-D__TARGET_ARCH_{target}"),
+                "-Isrc/bpf".to_string(),
+                "-Wall".to_string(),
+            ])
+            .build_and_generate(out.join(format!("{name}.skel.rs")))
+            .unwrap_or_else(|e| {
+                panic!("compiling {name}.bpf.c (is clang installed? `make deps`): {e}")
+            });
+    }
     for f in [
         "src/bpf/record.bpf.c",
         "src/bpf/intf.h",
+        "src/bpf/waits.bpf.c",
+        "src/bpf/waits.h",
         "src/bpf/vmlinux.h",
     ] {
         println!("cargo:rerun-if-changed={f}");

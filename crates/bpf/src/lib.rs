@@ -7,6 +7,7 @@
 mod event;
 pub mod probe;
 mod tracefs;
+pub mod waits;
 
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,6 +19,7 @@ use libbpf_rs::{MapCore, MapFlags, RingBuffer, RingBufferBuilder};
 
 pub use event::{split_cmdline, Event, FileInfo, PageKind, PathOpKind, WsPath};
 pub use tracefs::{ensure_tracefs, tracefs_root};
+pub use waits::{WaitEvent, WaitKind, WaitTracer};
 
 #[allow(
     clippy::all,

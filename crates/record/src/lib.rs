@@ -2,11 +2,14 @@
 //! its process tree, release it, and turn the events into a
 //! [`warmstart_plan::Trace`] when the tree exits, goes idle, or times out.
 
+pub mod breakdown;
 pub mod evict;
+pub mod kallsyms;
 pub mod procscan;
 pub mod resolve;
 pub mod source;
 pub mod spawn;
+pub mod waits;
 
 use std::collections::HashSet;
 use std::path::Path;

@@ -37,6 +37,6 @@ pub use error::{dev_name, ReplayError};
 pub use mock::MockBackend;
 pub use real::{file_id, parse_meminfo, read_ahead_bytes, unusable_cpus, RealBackend, RealHandle};
 pub use report::{
-    Count, IdField, LookupCounts, MemoryReport, MetaDevice, MetaPath, Report, SkipReason,
-    SkippedDevice, SkippedFile, Timings, WaitReport,
+    Count, IdField, IssuedRequest, LookupCounts, MemoryReport, MetaDevice, MetaPath, Report,
+    SkipReason, SkippedDevice, SkippedFile, Timings, WaitReport,
 };

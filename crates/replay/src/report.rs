@@ -289,6 +289,21 @@ pub struct Report {
     pub errors: Vec<String>,
     /// How many problems there were in all.
     pub error_count: u64,
+    /// Every data request accepted, in issue order, when
+    /// [`crate::Options::log_requests`] asked for them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub issued: Vec<IssuedRequest>,
+}
+
+/// One data request the replay issued: bytes `offset .. offset+len` of the
+/// plan's `files[file]`, issued at `t_ns` (CLOCK_MONOTONIC, the clock of
+/// BPF timestamps).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IssuedRequest {
+    pub file: u32,
+    pub offset: u64,
+    pub len: u64,
+    pub t_ns: u64,
 }
 
 impl Report {

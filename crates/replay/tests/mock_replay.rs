@@ -646,3 +646,27 @@ fn wait_skips_files_that_changed_meanwhile() {
     assert_eq!(r.wait.unwrap().pages, 0);
     assert_eq!(r.skipped_files.len(), 1);
 }
+
+#[test]
+fn request_log_keeps_every_accepted_data_request_in_issue_order() {
+    let mut changed = id(2);
+    changed.size += 1;
+    let b = MockBackend::new()
+        .with_file("/a", id(1))
+        .with_file("/b", changed);
+    let p = plan(
+        &[("/a", id(1)), ("/b", id(2))],
+        &[],
+        vec![data(0, 0, 8 * K), data(1, 0, 8 * K), data(0, 64 * K, 4 * K)],
+    );
+    let off = replay(&p, &opts(1), &b).unwrap();
+    assert!(off.issued.is_empty(), "kept only when asked for");
+
+    let mut o = opts(1);
+    o.log_requests = true;
+    let r = replay(&p, &o, &b).unwrap();
+    // /b is skipped (changed): its request was never issued.
+    let got: Vec<(u32, u64, u64)> = r.issued.iter().map(|q| (q.file, q.offset, q.len)).collect();
+    assert_eq!(got, vec![(0, 0, 8 * K), (0, 64 * K, 4 * K)]);
+    assert!(r.issued[0].t_ns > 0 && r.issued[0].t_ns <= r.issued[1].t_ns);
+}

@@ -119,6 +119,10 @@ pub enum Command {
         warmstart replay --json --ioprio idle app.plan")]
     Replay(ReplayArgs),
     /// Launch a command through the launch manager: learn, then prefetch.
+    #[command(after_help = "EXAMPLES:\n  \
+        warmstart run -- python3 -c 'import email'      # learn, then prefetch\n  \
+        warmstart run -v --breakdown -- python3 -c 'import email'   # where this launch waited\n  \
+        warmstart run --breakdown --report launch.json -- javac Hello.java")]
     Run(RunArgs),
     /// Automatic mode: learn and prefetch every launch, no wrapper needed.
     #[command(after_help = "EXAMPLES:\n  \
@@ -444,6 +448,9 @@ pub struct RunArgs {
     /// Write the launch report as JSON to this file.
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
+    /// Break a prefetched launch down: every page it touched by who read it (resident, prefetched, late, missed, not-in-plan) and how long it waited. Implies --audit; adds a second BPF tracer. Printed with -v or without --report; in the report as `breakdown`.
+    #[arg(long)]
+    pub breakdown: bool,
     /// The command to launch and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<std::ffi::OsString>,

@@ -3,6 +3,7 @@
 //! prefetching a launch, judging it afterwards and the warm check live in
 //! a module each.
 
+mod breakdown;
 mod judge;
 mod learning;
 mod naming;
@@ -68,6 +69,11 @@ pub struct Config {
     pub strategy: StrategyChoice,
     /// Audit prefetching launches with the recorder (exact, costs a BPF load).
     pub audit: bool,
+    /// Break a prefetched launch's pages down by who read them and how
+    /// long the launch waited ([`LaunchReport::breakdown`]). Costs a second
+    /// BPF program, a scheduler hook and the replay's request log, and
+    /// implies `audit`; off, a launch pays nothing for it.
+    pub breakdown: bool,
     /// The sorted strategy holds the application until the prefetch is
     /// resident, but never longer than this.
     pub sorted_wait_max: Duration,
@@ -96,6 +102,7 @@ impl Default for Config {
             stale_share: 0.1,
             strategy: StrategyChoice::Auto,
             audit: false,
+            breakdown: false,
             sorted_wait_max: Duration::from_secs(5),
             head_start_requests: 8,
             head_start: Duration::from_millis(10),
@@ -133,6 +140,13 @@ pub struct LaunchReport {
     /// How long the application was held for the replay's head start (or,
     /// with the sorted strategy, for the whole replay).
     pub held_ms: Option<f64>,
+    /// With `breakdown`: every page the launch touched, by class, and
+    /// where it waited.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub breakdown: Option<warmstart_record::breakdown::Breakdown>,
+    /// With `breakdown`: why there is none (no plan yet, tracer refused).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub breakdown_problem: Option<String>,
     pub exit_code: i32,
     pub wall_ms: f64,
 }
@@ -155,6 +169,8 @@ impl LaunchReport {
             uncovered_bytes: None,
             compiled: None,
             held_ms: None,
+            breakdown: None,
+            breakdown_problem: None,
             exit_code: 0,
             wall_ms: 0.0,
         }
@@ -277,7 +293,7 @@ pub fn run(
         // gains nothing from a replay and would only share its CPUs with
         // it. An audited launch is replayed all the same.
         Phase::Prefetching => {
-            let checks = !(cfg.audit || prof.audit_next);
+            let checks = !(cfg.audit || cfg.breakdown || prof.audit_next);
             // Without decoding the plan, from warm-check.json.
             let quick = checks.then(|| quick_warm(&store, &name)).flatten();
             if quick == Some(true) && cfg.exec_in_place {
@@ -306,6 +322,16 @@ pub fn run(
             }
         }
     };
+    if cfg.breakdown && report.breakdown.is_none() && report.breakdown_problem.is_none() {
+        report.breakdown_problem = Some(match report.phase_before {
+            Phase::Learning => {
+                "no plan yet: the profile is learning (this launch was recorded, not prefetched)"
+                    .to_string()
+            }
+            Phase::Ignored => "the profile is ignored: nothing was prefetched".to_string(),
+            Phase::Prefetching => "no replay ran beside this launch".to_string(),
+        });
+    }
     report.phase_after = prof.phase;
     report.exit_code = exit.shell_code();
     report.wall_ms = start.elapsed().as_secs_f64() * 1e3;

@@ -67,7 +67,8 @@ pub(super) fn prefetch(
     report: &mut LaunchReport,
 ) -> Result<Exit, Error> {
     let relearning = launch == Launch::Relearn;
-    let do_audit = cfg.audit || prof.audit_next || relearning;
+    // A breakdown names the files the plan lacks from the audit trace.
+    let do_audit = cfg.audit || cfg.breakdown || prof.audit_next || relearning;
     if launch == (Launch::Prefetch { warm: true }) {
         report.warm_skip = true;
         let (exit, inblock) = plain_launch(argv)?;
@@ -79,6 +80,7 @@ pub(super) fn prefetch(
     report.strategy = Some(strat);
     let backend = RealBackend::new();
     let mut ropts = cfg.replay.clone();
+    ropts.log_requests = cfg.breakdown;
     if strat == Strategy::Sorted {
         // The application is held meanwhile: never for long. (A Python
         // launch once waited the replay's default 30 s for pages that did
@@ -99,6 +101,20 @@ pub(super) fn prefetch(
         .iter()
         .filter(|e| !matches!(e, warmstart_plan::Entry::Lookup { .. }))
         .count() as u64;
+
+    // Loaded before the launch is spawned: the held child waits only for
+    // its pid to be tracked.
+    let waits = if cfg.breakdown {
+        match warmstart_record::waits::WaitSession::start() {
+            Ok(w) => Some(w),
+            Err(e) => {
+                report.breakdown_problem = Some(format!("the wait tracer did not start: {e}"));
+                None
+            }
+        }
+    } else {
+        None
+    };
 
     // The replay runs on its own threads, started before the exec; the
     // sorted strategy waits for it to finish first.
@@ -127,7 +143,15 @@ pub(super) fn prefetch(
             held_ms = Some(t0.elapsed().as_secs_f64() * 1e3);
         };
         let (exit, audit) = if do_audit {
-            let recorded = warmstart_record::record(argv, &cfg.record, |_| start())?;
+            let recorded = warmstart_record::record(argv, &cfg.record, |pid| {
+                if let Some(w) = &waits {
+                    if let Err(e) = w.track(pid) {
+                        report.breakdown_problem =
+                            Some(format!("the wait tracer could not follow the launch: {e}"));
+                    }
+                }
+                start()
+            })?;
             let trace = recorded.trace.clone();
             (
                 recorded
@@ -149,6 +173,27 @@ pub(super) fn prefetch(
         }
         Ok((exit, done, audit))
     })?;
+    let mut replay_report = replay_report;
+    if let Some(w) = waits {
+        let collected = w.finish();
+        // The request log served the breakdown; the JSON report keeps only
+        // its summary.
+        let issued = replay_report
+            .as_mut()
+            .map(|r| std::mem::take(&mut r.issued))
+            .unwrap_or_default();
+        if let Some(e) = &collected.error {
+            report.breakdown_problem = Some(format!("the wait tracer stopped early: {e}"));
+        }
+        if report.breakdown_problem.is_none() {
+            report.breakdown = Some(super::breakdown::build(
+                plan,
+                &collected,
+                &issued,
+                audit.as_ref(),
+            ));
+        }
+    }
 
     if relearning {
         report.replay = replay_report;

@@ -83,6 +83,10 @@ pub struct Options {
     /// requests; on the ext4 image of the metadata tests it turned 113
     /// block reads into 3 ranges.
     pub meta_gap: u64,
+    /// Keep every data request with the time it was issued
+    /// ([`Report::issued`]), for `warmstart run --breakdown`. Off: a
+    /// replay beside a launch keeps nothing per request.
+    pub log_requests: bool,
 }
 
 impl Options {
@@ -135,6 +139,7 @@ impl Default for Options {
             wait: None,
             wait_poll: Duration::from_millis(2),
             meta_gap: warmstart_plan::compile::DEFAULT_MERGE_GAP,
+            log_requests: false,
         }
     }
 }

@@ -16,7 +16,9 @@ use super::meta::{self, DevState, DeviceSlot};
 use super::{lock, monotonic_ns, nanos, Engine, Options};
 use crate::backend::{Backend, LookupOutcome};
 use crate::error::dev_name;
-use crate::report::{Count, IdField, LookupCounts, Report, SkipReason, SkippedDevice, SkippedFile};
+use crate::report::{
+    Count, IdField, IssuedRequest, LookupCounts, Report, SkipReason, SkippedDevice, SkippedFile,
+};
 use crate::ReplayError;
 
 impl<B: Backend> Engine<'_, B> {
@@ -104,6 +106,8 @@ pub(super) struct State<'a, B: Backend> {
     pub(super) meta: Mutex<Count>,
     pub(super) lookups: Mutex<LookupCounts>,
     pub(super) requests: AtomicU64,
+    /// Data requests with their issue times (`Options::log_requests`).
+    pub(super) request_log: Option<Mutex<Vec<IssuedRequest>>>,
     /// The engine's progress counter, shared with the launch manager.
     pub(super) progress: Option<Arc<AtomicU64>>,
     pub(super) first_started: Option<Arc<AtomicU64>>,
@@ -199,6 +203,7 @@ impl<'a, B: Backend> State<'a, B> {
             meta: Mutex::new(Count::default()),
             lookups: Mutex::new(LookupCounts::default()),
             requests: AtomicU64::new(0),
+            request_log: opts.log_requests.then(|| Mutex::new(Vec::new())),
             progress: None,
             first_started: None,
             first_issued: None,
@@ -272,11 +277,20 @@ impl<'a, B: Backend> State<'a, B> {
         let slot = &self.files[file as usize];
         if let Some(h) = self.file_handle(file) {
             let t = Instant::now();
+            let issued_ns = self.request_log.as_ref().map(|_| monotonic_ns());
             let res = self.backend.prefetch(&h, offset, len);
             self.busy_data
                 .fetch_add(nanos(t.elapsed()), Ordering::Relaxed);
             match res {
                 Ok(()) => {
+                    if let (Some(log), Some(t_ns)) = (&self.request_log, issued_ns) {
+                        lock(log).push(IssuedRequest {
+                            file,
+                            offset,
+                            len,
+                            t_ns,
+                        });
+                    }
                     self.requests.fetch_add(1, Ordering::Relaxed);
                     self.issued_one();
                     let mut c = lock(&self.data);
@@ -413,6 +427,10 @@ impl<'a, B: Backend> State<'a, B> {
         }
         r.meta_devices = meta::describe(&self.devices);
         r.beyond_eof = *lock(&self.beyond_eof);
+        if let Some(log) = &self.request_log {
+            r.issued = std::mem::take(&mut *lock(log));
+            r.issued.sort_by_key(|q| q.t_ns);
+        }
         let e = lock(&self.errors);
         r.errors = e.0.clone();
         r.error_count = e.1;

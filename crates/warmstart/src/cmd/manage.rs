@@ -27,8 +27,9 @@ pub fn run(args: RunArgs, quiet: bool) -> Result<i32> {
             StrategyArg::Sorted => StrategyChoice::Fixed(Strategy::Sorted),
         },
         audit: args.audit,
+        breakdown: args.breakdown,
         // A report is written after the launch, so the wrapper must stay.
-        exec_in_place: args.report.is_none() && !args.verbose,
+        exec_in_place: args.report.is_none() && !args.verbose && !args.breakdown,
         ..Config::default()
     };
     if let Some(w) = args.workers {
@@ -72,7 +73,94 @@ pub fn run(args: RunArgs, quiet: bool) -> Result<i32> {
                 .unwrap_or_default(),
         );
     }
+    if args.breakdown && !quiet && (args.verbose || args.report.is_none()) {
+        match (&report.breakdown, &report.breakdown_problem) {
+            (Some(b), _) => eprint!("{}", breakdown_summary(b)),
+            (None, Some(why)) => eprintln!("warmstart: no breakdown: {why}"),
+            (None, None) => {}
+        }
+    }
     warmstart_record::exit_like(exit)
+}
+
+/// `--breakdown`'s few lines: the classes, the wait, the replay's lag and
+/// the files waited on longest.
+fn breakdown_summary(b: &warmstart_record::breakdown::Breakdown) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "warmstart: breakdown: {} pages touched ({}), {:.1} ms waiting in D state ({:.1} ms not for a page), {:.1} ms runnable after {} preemptions ({:.1} ms of it after a replay thread took the CPU)",
+        b.touched_pages,
+        human_bytes(b.touched_pages * 4096),
+        b.wait_ms,
+        b.unattributed_wait_ms,
+        b.runnable_wait_ms,
+        b.preemptions,
+        b.runnable_wait_replay_ms
+    );
+    for (name, c) in [
+        ("resident", &b.resident),
+        ("prefetched", &b.prefetched),
+        ("late", &b.late),
+        ("missed", &b.missed),
+        ("not-in-plan", &b.not_in_plan),
+    ] {
+        let _ = writeln!(
+            s,
+            "  {name:<12} {:>8} pages {:>10}  waited {:>8.1} ms in {} sleeps",
+            c.pages,
+            human_bytes(c.bytes),
+            c.wait_ms,
+            c.waits
+        );
+    }
+    let l = &b.missed_lag;
+    if b.missed.pages > 0 {
+        let _ = writeln!(
+            s,
+            "  missed: {} issued by the replay after the launch needed them (median {}, max {} behind), {} issued before but read by the launch, {} never issued",
+            l.issued_later,
+            l.median_ms.map_or("-".into(), |m| format!("{m:.1} ms")),
+            l.max_ms.map_or("-".into(), |m| format!("{m:.1} ms")),
+            l.issued_before_needed,
+            l.never_issued
+        );
+    }
+    let t = &b.timeline;
+    let at = |v: Option<f64>| v.map_or("-".into(), |m| format!("{m:+.1} ms"));
+    let _ = writeln!(
+        s,
+        "  replay (from the exec): first request {}, last {} ({} requests); launch ended {}",
+        at(t.first_request_ms),
+        at(t.last_request_ms),
+        t.requests,
+        at(t.launch_end_ms)
+    );
+    if !b.unattributed_by.is_empty() {
+        let why: Vec<String> = b
+            .unattributed_by
+            .iter()
+            .take(3)
+            .map(|r| format!("{} {:.1} ms", r.function, r.wait_ms))
+            .collect();
+        let _ = writeln!(s, "  not for a page: {}", why.join(", "));
+    }
+    for f in b.top_files.iter().take(5) {
+        let _ = writeln!(
+            s,
+            "  {:>8.1} ms  {} ({} pages: {} late, {} missed, {} not in plan)",
+            f.wait_ms, f.path, f.pages, f.late, f.missed, f.not_in_plan
+        );
+    }
+    if b.drops > 0 {
+        let _ = writeln!(
+            s,
+            "  ! {} records lost (ring buffer full): the figures are incomplete",
+            b.drops
+        );
+    }
+    s
 }
 
 /// The state directory `status` and `forget` look at when no daemon
