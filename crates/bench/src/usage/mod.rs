@@ -169,6 +169,7 @@ pub fn run(args: UsageArgs, quiet: bool) -> Result<i32> {
     if !Path::new("/proc/sys/vm/drop_caches").exists() {
         bail!("cannot drop caches here (no /proc/sys/vm/drop_caches)");
     }
+    refuse_foreign_prefetchers()?;
     let warmstart_bin = if modes.iter().any(|m| m.uses_daemon()) {
         match crate::wrapped::warmstart_binary() {
             Some(b) if b.is_file() => Some(b),
@@ -425,6 +426,21 @@ fn modes(asked: &[Mode], quiet: bool) -> Vec<Mode> {
         .collect()
 }
 
+/// Fails if a prefetcher the bench did not start runs (checked before
+/// each boot: one started meanwhile would warm the launches after it).
+fn refuse_foreign_prefetchers() -> Result<()> {
+    let found = probe::foreign_prefetchers(Path::new("/proc"));
+    if found.is_empty() {
+        return Ok(());
+    }
+    let list: Vec<String> = found.iter().map(|(p, c)| format!("{p} ({c})")).collect();
+    bail!(
+        "another prefetcher is running and would warm every mode's launches: {}; stop it \
+         (systemctl stop warmstart preload) and run again",
+        list.join(", ")
+    )
+}
+
 /// What every mode replays, and with what.
 struct Run<'a> {
     boots: &'a [Boot],
@@ -452,6 +468,7 @@ impl Run<'_> {
         let mut out: ModeOutput = Default::default();
         for (i, boot) in self.boots.iter().enumerate() {
             let measured = i >= self.train;
+            refuse_foreign_prefetchers()?;
             warmstart_record::evict::drop_all_caches().context("dropping caches")?;
             let read_from = probe::read_bytes(self.disks);
             let pf = match mode {

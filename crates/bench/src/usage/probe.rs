@@ -170,3 +170,98 @@ mod tests {
         assert!(samples[1].t_s >= 1.0);
     }
 }
+
+/// Prefetchers running on the machine that the bench did not start (a
+/// `warmstart daemon`, Debian's `preload`, with their pids): they would
+/// warm the `none` mode's launches and every other mode's, so a run with
+/// one of them is no measurement.
+pub fn foreign_prefetchers(proc: &std::path::Path) -> Vec<(u32, String)> {
+    let Ok(dir) = std::fs::read_dir(proc) else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let argv: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if is_prefetcher(&argv) {
+            found.push((pid, argv.join(" ")));
+        }
+    }
+    found.sort();
+    found
+}
+
+/// `warmstart daemon …` or `preload …`, by the program's base name.
+fn is_prefetcher(argv: &[String]) -> bool {
+    let base = |a: &String| {
+        std::path::Path::new(a)
+            .file_name()
+            .map(|b| b.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    };
+    match argv.first().map(base).as_deref() {
+        Some("preload") => true,
+        Some("warmstart") => argv
+            .iter()
+            .skip(1)
+            .find(|a| !a.starts_with('-'))
+            .is_some_and(|a| a == "daemon"),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod prefetcher_tests {
+    use super::*;
+
+    fn v(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn prefetchers_are_told_by_program_and_command() {
+        assert!(is_prefetcher(&v(&["/usr/sbin/preload", "--foreground"])));
+        assert!(is_prefetcher(&v(&["/usr/bin/warmstart", "daemon"])));
+        assert!(is_prefetcher(&v(&[
+            "warmstart",
+            "--quiet",
+            "daemon",
+            "--config",
+            "x"
+        ])));
+        assert!(!is_prefetcher(&v(&["/usr/bin/warmstart", "status"])));
+        assert!(!is_prefetcher(&v(&[
+            "/usr/bin/warmstart",
+            "run",
+            "--",
+            "daemon"
+        ])));
+        assert!(!is_prefetcher(&v(&["/usr/bin/vim", "preload"])));
+        assert!(!is_prefetcher(&[]));
+    }
+
+    #[test]
+    fn a_running_daemon_is_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("4242");
+        std::fs::create_dir(&p).unwrap();
+        std::fs::write(p.join("cmdline"), b"/usr/bin/warmstart\0daemon\0").unwrap();
+        let q = dir.path().join("17");
+        std::fs::create_dir(&q).unwrap();
+        std::fs::write(q.join("cmdline"), b"bash\0").unwrap();
+        std::fs::create_dir(dir.path().join("self")).unwrap();
+        assert_eq!(
+            foreign_prefetchers(dir.path()),
+            vec![(4242, "/usr/bin/warmstart daemon".to_string())]
+        );
+    }
+}
