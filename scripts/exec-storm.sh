@@ -44,6 +44,12 @@ start_daemon() {
 }
 
 rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$daemon_pid/status"; }
+# The part of it that is BPF maps mapped into the daemon: the 8 MiB ring
+# buffer (mapped twice), resident once the kernel has written all of it.
+ring_kib() {
+	awk '/^[0-9a-f]+-[0-9a-f]+ / {bpf = ($6 == "anon_inode:bpf-map")} /^Rss:/ && bpf {s += $2} END {print s + 0}' \
+		"/proc/$daemon_pid/smaps"
+}
 
 storm() {
 	local t0 t1 i
@@ -88,5 +94,7 @@ for ((i = 0; i < varied; i++)); do
 	esac
 done
 after=$(rss_kib)
+ring=$(ring_kib)
 profiles=$(find "$work/state/profiles" -mindepth 1 -maxdepth 1 -type d 2>/dev/null | wc -l)
-echo "daemon RSS: ${before} KiB at start, ${after} KiB after ${varied} execs of ${#progs[@]} programs; ${profiles} profiles made"
+echo "daemon RSS: ${before} KiB at start, ${after} KiB after ${varied} execs of ${#progs[@]} programs, of which ${ring} KiB BPF maps (the event ring buffer); ${profiles} profiles made"
+"$ws" status --socket "$work/sock" | head -1

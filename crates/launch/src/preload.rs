@@ -44,8 +44,9 @@ pub struct PreloadConfig {
     /// `some avg10` is above this (percent of time tasks stalled on memory):
     /// reading more would only evict pages someone needs.
     pub memory_pressure_max: f64,
-    /// The disk counts as busy when PSI io `some avg10` is above this
-    /// (percent): no preload starts then.
+    /// The disk counts as busy when tasks stalled on I/O more than this
+    /// share (percent) of the time since the preloader last looked (PSI
+    /// io `some total`): no preload starts then.
     pub io_pressure_max: f64,
     /// A plan this resident (fraction of its bytes) needs no preload.
     pub resident_enough: f64,
@@ -262,6 +263,9 @@ pub struct Preloader {
     stats: PreloadStats,
     /// Bytes preloaded by finished preloads, for the precision.
     finished_bytes: u64,
+    /// A preload ran at the last tick: the disk's pressure since is
+    /// mostly its own, so the next one follows without asking.
+    chained: bool,
 }
 
 impl Preloader {
@@ -271,6 +275,7 @@ impl Preloader {
             held: BTreeMap::new(),
             stats: PreloadStats::default(),
             finished_bytes: 0,
+            chained: false,
         }
     }
 
@@ -399,6 +404,7 @@ impl Preloader {
         os: &mut dyn PreloadOs,
         actions: &mut Vec<Action>,
     ) -> State {
+        let chained = std::mem::take(&mut self.chained);
         if !self.cfg.enabled {
             return State::Disabled;
         }
@@ -412,11 +418,13 @@ impl Preloader {
             return State::MemoryPressure;
         }
         if running.is_some() {
+            self.chained = true;
             return State::Preloading;
         }
-        // Asked only with no preload running: a preload's own reads make
-        // the disk look busy.
-        if os.disk_busy() {
+        // Asked only with no preload running, and not right after one: a
+        // preload's own reads make the disk look busy. Preloads in a row
+        // are as one, read at idle I/O priority.
+        if !chained && os.disk_busy() {
             return State::DiskBusy;
         }
         let Some(mem) = mem else {
@@ -468,6 +476,7 @@ impl Preloader {
                         bytes: need,
                         again,
                     });
+                    self.chained = true;
                     return State::Preloading;
                 }
                 Err(error) => actions.push(Action::Failed { profile, error }),
@@ -571,6 +580,26 @@ pub fn parse_psi_some_avg10(text: &str) -> Option<f64> {
         .ok()
 }
 
+/// `some total` of a PSI file: microseconds some task stalled, ever.
+pub fn parse_psi_some_total(text: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("some "))?
+        .split_whitespace()
+        .find_map(|f| f.strip_prefix("total="))?
+        .parse()
+        .ok()
+}
+
+/// The share of time (percent) some task stalled between two samples of
+/// `some total`; `None` under 200 ms apart, too short to tell.
+fn stall_percent(
+    (t0, total0): (std::time::Instant, u64),
+    (t1, total1): (std::time::Instant, u64),
+) -> Option<f64> {
+    let us = t1.saturating_duration_since(t0).as_micros() as f64;
+    (us >= 200_000.0).then(|| total1.saturating_sub(total0) as f64 * 100.0 / us)
+}
+
 /// Where [`RealPreloadOs`] finds the plan of a profile (the daemon's cache).
 pub type PlanSource = Box<dyn FnMut(&str) -> Option<Arc<Plan>> + Send>;
 
@@ -584,6 +613,10 @@ pub struct RealPreloadOs {
     io_pressure_max: f64,
     how: BackgroundReplay,
     running: Option<(String, ReplayHandle)>,
+    /// PSI's cumulative I/O stall (`some total`, microseconds) when last
+    /// read, and when: the disk's busyness since, rather than a 10-second
+    /// average that still holds the boot's or a preload's own reads.
+    io_seen: Option<(std::time::Instant, u64)>,
 }
 
 impl RealPreloadOs {
@@ -610,12 +643,22 @@ impl RealPreloadOs {
                 memory_floor: cfg.memory_floor_mib.map(|m| m << 20),
             },
             running: None,
+            io_seen: None,
         })
     }
 
+    fn pressure_text(&self, what: &str) -> Option<String> {
+        std::fs::read_to_string(self.proc_root.join("pressure").join(what)).ok()
+    }
+
     fn pressure(&self, what: &str) -> Option<f64> {
-        let text = std::fs::read_to_string(self.proc_root.join("pressure").join(what)).ok()?;
-        parse_psi_some_avg10(&text)
+        parse_psi_some_avg10(&self.pressure_text(what)?)
+    }
+
+    /// PSI's I/O `some total` now, stamped.
+    fn io_sample(&self) -> Option<(std::time::Instant, u64)> {
+        let total = parse_psi_some_total(&self.pressure_text("io")?)?;
+        Some((std::time::Instant::now(), total))
     }
 }
 
@@ -632,8 +675,22 @@ impl PreloadOs for RealPreloadOs {
         // Without PSI (kernel without CONFIG_PSI, or psi=0) the disk is
         // taken as idle: the preload's idle I/O class still yields to
         // everyone else's reads.
-        self.pressure("io")
-            .is_some_and(|p| p > self.io_pressure_max)
+        let Some(now) = self.io_sample() else {
+            return false;
+        };
+        // The first look only starts the measurement.
+        let Some(since) = self.io_seen.replace(now) else {
+            return true;
+        };
+        match stall_percent(since, now) {
+            Some(p) => p > self.io_pressure_max,
+            // Too short to tell (just after a preload ended): busy for
+            // now, asked again at the next tick.
+            None => {
+                self.io_seen = Some(since);
+                true
+            }
+        }
     }
 
     fn launch_in_progress(&self) -> bool {
@@ -659,6 +716,8 @@ impl PreloadOs for RealPreloadOs {
     fn preload_running(&mut self) -> Option<String> {
         if self.running.as_ref().is_some_and(|(_, h)| h.is_finished()) {
             self.running = None;
+            // The disk's busyness is measured from here on, without it.
+            self.io_seen = self.io_sample();
         }
         self.running.as_ref().map(|(p, _)| p.clone())
     }

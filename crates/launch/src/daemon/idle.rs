@@ -17,6 +17,13 @@ use warmstart_predict::Predictor;
 use super::control::{ForesightStatus, PredictionStatus};
 use crate::preload::{Action, PlanResidency, PreloadOs, Preloader, State};
 
+/// How often a running preload is looked at, so that the next one
+/// follows it: preloads after a boot are what the first launches need.
+const FOLLOW_TICK: Duration = Duration::from_millis(250);
+
+/// How often a busy disk is looked at again.
+const BUSY_TICK: Duration = Duration::from_secs(1);
+
 /// What the event loop tells the preloader.
 enum Msg {
     /// A launch (or a replay at an execve) begins: stop the running
@@ -126,10 +133,19 @@ impl Thread {
                 }
                 Ok(Msg::Forget(p)) => self.preloader.forget(&p),
                 Err(RecvTimeoutError::Timeout) => {
-                    next = Instant::now() + every;
                     if !self.launch.load(Ordering::Relaxed) {
                         self.round();
                     }
+                    // While a preload runs, the next one starts as soon
+                    // as it ends, not up to a whole tick later.
+                    let tick = match self.preloader.stats().state {
+                        State::Preloading => FOLLOW_TICK,
+                        // Measured over the last tick: a short one finds
+                        // the disk idle soon after it is.
+                        State::DiskBusy => BUSY_TICK,
+                        _ => every,
+                    };
+                    next = Instant::now() + tick.min(every);
                 }
                 Err(RecvTimeoutError::Disconnected) => {
                     self.os.cancel_preload();

@@ -217,6 +217,54 @@ fn backs_off_on_memory_pressure_and_a_busy_disk() {
 }
 
 #[test]
+fn preloads_in_a_row_do_not_wait_for_their_own_reads_to_settle() {
+    let mut os = Fake::new();
+    let mut p = Preloader::new(cfg());
+    os.plan("a", 0, 1 << 20);
+    os.plan("b", 0, 1 << 20);
+    let r = ranking(&[("a", 0.5), ("b", 0.4)]);
+    assert_eq!(started(&p.tick(0, &r, &mut os)), vec!["a"]);
+    // Its reads made the disk look busy; once it is done the next one
+    // starts at once.
+    os.busy = true;
+    assert!(p.tick(100, &r, &mut os).is_empty());
+    os.complete();
+    assert_eq!(started(&p.tick(200, &r, &mut os)), vec!["b"]);
+    os.complete();
+    // Nothing left to read: the chain ends, and the next preload asks
+    // whether the disk is busy again.
+    assert!(p.tick(300, &r, &mut os).is_empty());
+    os.evict("a");
+    assert!(p.tick(400, &r, &mut os).is_empty());
+    assert_eq!(p.stats().state, State::DiskBusy);
+    // Nor after anything else came between: a launch breaks the chain.
+    os.busy = false;
+    assert_eq!(started(&p.tick(500, &r, &mut os)), vec!["a"]);
+    os.complete();
+    os.launch = true;
+    assert!(p.tick(600, &r, &mut os).is_empty());
+    os.launch = false;
+    os.busy = true;
+    os.evict("b");
+    assert!(p.tick(700, &r, &mut os).is_empty());
+    assert_eq!(p.stats().state, State::DiskBusy);
+}
+
+#[test]
+fn stall_time_between_two_samples() {
+    let t0 = std::time::Instant::now();
+    let t1 = t0 + std::time::Duration::from_secs(1);
+    assert_eq!(stall_percent((t0, 1_000), (t1, 251_000)), Some(25.0));
+    assert_eq!(
+        stall_percent((t0, 0), (t0 + std::time::Duration::from_millis(50), 10)),
+        None,
+        "too short"
+    );
+    // A counter that went back (never, but not a panic) is no stall.
+    assert_eq!(stall_percent((t0, 9), (t1, 1)), Some(0.0));
+}
+
+#[test]
 fn never_below_the_memory_floor() {
     let mut os = Fake::new();
     os.mem = Some(MemInfo {
@@ -420,6 +468,8 @@ fn psi_lines() {
     assert_eq!(parse_psi_some_avg10(text), Some(1.25));
     assert_eq!(parse_psi_some_avg10("full avg10=3.00\n"), None);
     assert_eq!(parse_psi_some_avg10("garbage"), None);
+    assert_eq!(parse_psi_some_total(text), Some(12345));
+    assert_eq!(parse_psi_some_total("some avg10=1.0\n"), None);
 }
 
 #[test]
