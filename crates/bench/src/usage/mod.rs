@@ -64,7 +64,7 @@ pub struct UsageArgs {
     #[arg(long, value_name = "FILE", conflicts_with_all = ["default_log", "from_history"])]
     pub log: Option<PathBuf>,
     /// Replay the shipped default log (what runs without --log or
-    /// --from-history): 6 boots of python-scipy, javac, npm, clang and gedit, 3 or 4 launches each.
+    /// --from-history): 8 boots of python-scipy, javac, npm, clang and gedit, 1 to 4 launches each.
     #[arg(long, conflicts_with = "from_history")]
     pub default_log: bool,
     /// Make the log from a daemon's launch history: its state directory
