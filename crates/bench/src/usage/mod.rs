@@ -361,7 +361,7 @@ fn the_log(
         let spec = log::default_spec();
         return Ok((
             log::from_steps(&log::default_steps())?,
-            format!("the default log ({} boots, seed {})", spec.boots, spec.seed),
+            format!("the default log (seed {})", spec.seed),
         ));
     };
     let (file, state_dir) = if h.is_dir() {
