@@ -326,7 +326,7 @@ impl Recorder {
 }
 
 /// The sum over CPUs of a one-entry per-CPU array of u64.
-fn sum_percpu(map: &dyn MapCore) -> u64 {
+pub(crate) fn sum_percpu(map: &dyn MapCore) -> u64 {
     let key = 0u32.to_ne_bytes();
     match map.lookup_percpu(&key, MapFlags::ANY) {
         Ok(Some(per_cpu)) => per_cpu

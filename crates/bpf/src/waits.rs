@@ -208,17 +208,6 @@ impl WaitTracer {
 
     /// Records the kernel dropped because the ring buffer was full.
     pub fn drops(&self) -> u64 {
-        let key = 0u32.to_ne_bytes();
-        match self.skel.maps.drops.lookup_percpu(&key, MapFlags::ANY) {
-            Ok(Some(per_cpu)) => per_cpu
-                .iter()
-                .map(|v| {
-                    let mut b = [0u8; 8];
-                    b.copy_from_slice(&v[..8]);
-                    u64::from_ne_bytes(b)
-                })
-                .sum(),
-            _ => 0,
-        }
+        crate::sum_percpu(&self.skel.maps.drops)
     }
 }
