@@ -124,6 +124,14 @@ struct {
 } inflight SEC(".maps");
 
 /*
+ * Entries in `inflight`: sys_exit runs for every system call of the
+ * machine, and while no recorded process is in a path syscall (a daemon
+ * watching a storm of execs it leaves alone) it returns on this alone,
+ * without a hash lookup (3.7 us of 12 us of BPF time per /bin/true).
+ */
+u64 inflight_n = 0;
+
+/*
  * Quiet programs (daemon mode): executables the daemon judged not worth
  * following (a `/bin/true` whose launch was too small to learn), until a
  * CLOCK_MONOTONIC deadline. An exec of one by a process nobody follows is
@@ -545,7 +553,8 @@ int BPF_PROG(handle_exec, struct task_struct *p, pid_t old_pid, struct linux_bin
 	u64 now_id = bpf_get_current_pid_tgid();
 	if ((u32)now_id != (u32)old_pid) {
 		u64 old_id = (now_id & 0xffffffff00000000ULL) | (u32)old_pid;
-		bpf_map_delete_elem(&inflight, &old_id);
+		if (bpf_map_delete_elem(&inflight, &old_id) == 0)
+			__sync_fetch_and_add(&inflight_n, -1);
 	}
 	if (watch_exec) {
 		/* Daemon mode: every exec starts being traced at once, so a
@@ -663,19 +672,27 @@ static __always_inline int path_enter(u64 ptr, int op)
 {
 	struct inflight v = { .path_ptr = ptr, .op = op };
 	u64 id = bpf_get_current_pid_tgid();
-	bpf_map_update_elem(&inflight, &id, &v, BPF_ANY);
+	/* Counted once per entry: a stale one (a thread that never
+	 * returned) is overwritten, not counted again. */
+	if (bpf_map_update_elem(&inflight, &id, &v, BPF_NOEXIST) == 0)
+		__sync_fetch_and_add(&inflight_n, 1);
+	else
+		bpf_map_update_elem(&inflight, &id, &v, BPF_ANY);
 	return 0;
 }
 
 static __always_inline int path_exit(long ret)
 {
+	if (!inflight_n)
+		return 0;
 	u64 id = bpf_get_current_pid_tgid();
 	struct inflight *v = bpf_map_lookup_elem(&inflight, &id);
 	if (!v)
 		return 0;
 	u64 ptr = v->path_ptr;
 	int op = v->op;
-	bpf_map_delete_elem(&inflight, &id);
+	if (bpf_map_delete_elem(&inflight, &id) == 0)
+		__sync_fetch_and_add(&inflight_n, -1);
 
 	if (op == PATHOP_OPEN && ret >= 0) {
 		emit_file(EV_OPEN, fd_file(ret), WAKE_LATER);
