@@ -21,7 +21,7 @@ use super::follow::{
 };
 use super::foresight::Foresight;
 use super::learn::{finish, Fate, Learners};
-use super::policy::{script_prefix, QuietExe, Scripts};
+use super::policy::{script_prefix, subcommand, QuietExe, Scripts};
 use super::registry::Registry;
 use super::tuning::Realtime;
 use super::Shared;
@@ -695,14 +695,7 @@ impl<S: EventSource> Loop<S> {
             warmstart_record::resolve::kdev_to_user(file.dev as u64),
             file.ino,
         );
-        self.self_exe == Some(id)
-            && argv.is_some_and(|a| {
-                a.iter()
-                    .skip(1)
-                    .find(|a| !a.starts_with('-'))
-                    .map(String::as_str)
-                    == Some("run")
-            })
+        self.self_exe == Some(id) && argv.and_then(subcommand) == Some("run")
     }
 
     /// Tells the kernel side which programs to leave alone: those found

@@ -362,11 +362,20 @@ pub(crate) fn started_by_warmstart(proc: &Path, pid: u32) -> bool {
 /// option (the only options before it, `-q`, take no value).
 fn command_of(proc: &Path, pid: u32) -> Option<String> {
     let cmdline = std::fs::read(proc.join(pid.to_string()).join("cmdline")).ok()?;
-    cmdline
+    let argv: Vec<String> = cmdline
         .split(|b| *b == 0)
-        .skip(1)
-        .find(|a| !a.starts_with(b"-"))
         .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    subcommand(&argv).map(str::to_string)
+}
+
+/// A warmstart command line's subcommand: its first argument that is not
+/// an option (`run` in `warmstart -q run -- app`).
+pub(crate) fn subcommand(argv: &[String]) -> Option<&str> {
+    argv.iter()
+        .skip(1)
+        .find(|a| !a.starts_with('-'))
+        .map(String::as_str)
 }
 
 /// The real uid a process runs as, from `/proc/PID/status`: profiles are
