@@ -35,6 +35,10 @@ pub struct PreloadConfig {
     /// ... and only those scoring at least this: reading a plan nobody
     /// launches costs disk time and evicts someone else's pages.
     pub min_score: f64,
+    /// ... and only those at least this likely to start before the next
+    /// boot empties the cache (within the predictor's `horizon`
+    /// launches): a preload more likely wasted than used is not read.
+    pub min_chance: f64,
     /// What preloads may hold, as a fraction of MemAvailable.
     pub budget_fraction: f64,
     /// A preload never brings MemAvailable below this many MiB; unset: the
@@ -69,6 +73,7 @@ impl Default for PreloadConfig {
             enabled: true,
             top: 3,
             min_score: 0.05,
+            min_chance: 0.5,
             budget_fraction: 0.25,
             memory_floor_mib: None,
             memory_pressure_max: 1.0,
@@ -86,11 +91,12 @@ impl PreloadConfig {
     pub fn validate(&self) -> Result<(), String> {
         let fraction = |x: f64| (0.0..=1.0).contains(&x);
         if !fraction(self.budget_fraction)
+            || !fraction(self.min_chance)
             || !fraction(self.resident_enough)
             || !fraction(self.used_min_resident)
         {
             return Err(
-                "preload: budget_fraction, resident_enough and used_min_resident must be in 0..=1"
+                "preload: budget_fraction, min_chance, resident_enough and used_min_resident must be in 0..=1"
                     .into(),
             );
         }
@@ -205,6 +211,9 @@ pub struct Outcome {
 pub struct Prediction {
     pub profile: String,
     pub score: f64,
+    /// The chance that it starts before the next boot (see
+    /// [`warmstart_predict::Candidate::soon`]).
+    pub soon: Option<f64>,
     /// Fraction of its plan resident at the last tick; `None` without plan.
     pub resident: Option<f64>,
     pub preloaded: bool,
@@ -374,7 +383,7 @@ impl Preloader {
         &mut self,
         ranking: &[Candidate],
         os: &mut dyn PreloadOs,
-    ) -> Vec<(String, f64, PlanResidency)> {
+    ) -> Vec<(Candidate, PlanResidency)> {
         let mut measured = Vec::new();
         self.stats.predictions = ranking
             .iter()
@@ -382,11 +391,12 @@ impl Preloader {
             .map(|c| {
                 let r = os.residency(&c.profile);
                 if let Some(r) = r {
-                    measured.push((c.profile.clone(), c.score, r));
+                    measured.push((c.clone(), r));
                 }
                 Prediction {
                     profile: c.profile.clone(),
                     score: c.score,
+                    soon: c.soon,
                     resident: r.map(|r| r.fraction()),
                     preloaded: self.held.contains_key(&c.profile),
                 }
@@ -400,7 +410,7 @@ impl Preloader {
         now_ms: u64,
         mem: Option<MemInfo>,
         running: Option<&str>,
-        measured: Vec<(String, f64, PlanResidency)>,
+        measured: Vec<(Candidate, PlanResidency)>,
         os: &mut dyn PreloadOs,
         actions: &mut Vec<Action>,
     ) -> State {
@@ -443,10 +453,14 @@ impl Preloader {
             .budget_bytes
             .saturating_sub(self.stats.held_bytes);
         let mut state = State::Idle;
-        for (profile, score, r) in measured {
-            if score < self.cfg.min_score {
+        for (c, r) in measured {
+            if c.score < self.cfg.min_score {
                 break; // ranked: the rest score lower still
             }
+            if c.soon.is_some_and(|p| p < self.cfg.min_chance) {
+                continue;
+            }
+            let profile = c.profile;
             if r.fraction() >= self.cfg.resident_enough {
                 continue;
             }

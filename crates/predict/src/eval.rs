@@ -76,6 +76,80 @@ pub fn evaluate(config: &PredictorConfig, events: &[Event], train: usize) -> Eva
     }
 }
 
+/// How a preload rule would have done on a history (counts of programs,
+/// not bytes): before each launch, every one of the top candidates not
+/// yet read in this boot that the rule picks is preloaded; a preload is
+/// used if its program starts later in the same boot (a boot empties the
+/// cache).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PreloadEvaluation {
+    pub preloads: usize,
+    pub used: usize,
+    /// `used / preloads`; 0 without preloads.
+    pub precision: f64,
+    /// Launches scored that were not the program's first in its boot.
+    pub launches: usize,
+    /// Of those, the share that found their program preloaded.
+    pub covered: f64,
+}
+
+/// Trains on the first `train` events, then replays the rest, preloading
+/// before each launch the candidates among the first `top` that `pick`
+/// accepts.
+pub fn evaluate_preloads(
+    config: &PredictorConfig,
+    events: &[Event],
+    train: usize,
+    top: usize,
+    pick: impl Fn(&crate::Candidate) -> bool,
+) -> PreloadEvaluation {
+    use std::collections::HashSet;
+    let mut p = Predictor::new(config.clone());
+    let train = train.min(events.len());
+    for e in &events[..train] {
+        p.observe(e);
+    }
+    // Programs read in this boot (launched or preloaded), and the
+    // preloads whose launch has not come.
+    let (mut read, mut held) = (HashSet::new(), HashSet::new());
+    let (mut preloads, mut used, mut launches, mut covered) = (0, 0, 0, 0);
+    for e in &events[train..] {
+        match e {
+            Event::Startup(s) if s.kind == crate::StartupKind::Boot => {
+                read.clear();
+                held.clear();
+            }
+            Event::Startup(_) => {}
+            Event::Launch(l) => {
+                for c in p.rank().into_iter().take(top) {
+                    if !read.contains(&c.profile) && pick(&c) {
+                        preloads += 1;
+                        read.insert(c.profile.clone());
+                        held.insert(c.profile);
+                    }
+                }
+                if held.remove(&l.profile) {
+                    used += 1;
+                    covered += 1;
+                    launches += 1;
+                } else if !read.contains(&l.profile) {
+                    launches += 1;
+                }
+                read.insert(l.profile.clone());
+            }
+        }
+        p.observe(e);
+    }
+    let share = |k: usize, of: usize| if of == 0 { 0.0 } else { k as f64 / of as f64 };
+    PreloadEvaluation {
+        preloads,
+        used,
+        precision: share(used, preloads),
+        launches,
+        covered: share(covered, launches),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -135,6 +209,45 @@ mod tests {
         let e = evaluate(&PredictorConfig::default(), &[], 0);
         assert_eq!(e.launches, 0);
         assert_eq!(e.mrr, 0.0);
+    }
+
+    /// Mean preload evaluation of a rule over generated logs.
+    fn preload_score(pick: impl Fn(&crate::Candidate) -> bool + Copy) -> (f64, f64) {
+        let seeds = 1..=20u64;
+        let (mut precision, mut covered) = (0.0, 0.0);
+        for seed in seeds.clone() {
+            let spec = UsageSpec {
+                boots: 30,
+                seed,
+                ..UsageSpec::default()
+            };
+            let events = to_history_events(&generate(&spec), 0);
+            let config = PredictorConfig::default();
+            let e = evaluate_preloads(&config, &events, events.len() / 3, 3, pick);
+            precision += e.precision;
+            covered += e.covered;
+        }
+        let n = seeds.count() as f64;
+        (precision / n, covered / n)
+    }
+
+    /// Why preloads are chosen by the chance of a launch before the next
+    /// boot and not by rank alone: preloading the top three as they rank
+    /// is used about half the time (0.52 on these logs); asking for an
+    /// even chance is used more often (0.61) and still serves about half
+    /// of the launches (0.53, against 0.89). What the daemon preloads is
+    /// what its startup plan left out, the less likely programs, where
+    /// the difference is larger.
+    #[test]
+    fn the_chance_before_the_next_boot_makes_preloads_precise() {
+        let (rank_p, rank_c) = preload_score(|c| c.score >= 0.05);
+        let (soon_p, soon_c) = preload_score(|c| c.soon.is_some_and(|s| s >= 0.5));
+        eprintln!(
+            "precision/covered: by rank {rank_p:.3}/{rank_c:.3}, by chance {soon_p:.3}/{soon_c:.3}"
+        );
+        assert!(soon_p >= 0.55, "precision {soon_p}");
+        assert!(soon_p > rank_p + 0.05, "{soon_p} vs {rank_p}");
+        assert!(soon_c > 0.5 * rank_c, "covered {soon_c} vs {rank_c}");
     }
 
     /// The model comparison that chose the default: on generated habits

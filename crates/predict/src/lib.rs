@@ -16,9 +16,10 @@
 
 pub mod eval;
 pub mod history;
+pub mod horizon;
 pub mod model;
 pub mod usage;
 
 pub use eval::{evaluate, Evaluation};
 pub use history::{Event, History, HistoryError, Launch, Startup, StartupKind};
-pub use model::{Candidate, ModelKind, Predictor, PredictorConfig, Scores};
+pub use model::{Candidate, ModelKind, Predictor, PredictorConfig, Scores, SOON_RECKONED};

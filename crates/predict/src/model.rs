@@ -16,7 +16,8 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::history::{Event, History};
+use crate::history::{Event, History, StartupKind};
+use crate::horizon::{BootLengths, Chain};
 
 /// Which evidence the ranking uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -47,6 +48,10 @@ pub struct PredictorConfig {
     pub smoothing: f64,
     /// Profiles tracked at most; the least frequent go first.
     pub max_profiles: usize,
+    /// Launches ahead over which [`Candidate::soon`] is reckoned (a
+    /// preload read now serves any of them, until the next boot empties
+    /// the cache); 0 leaves it out.
+    pub horizon: usize,
 }
 
 impl Default for PredictorConfig {
@@ -60,6 +65,7 @@ impl Default for PredictorConfig {
             startup_positions: 6,
             smoothing: 1.0,
             max_profiles: 1024,
+            horizon: 8,
         }
     }
 }
@@ -83,9 +89,22 @@ pub struct Scores {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Candidate {
     pub profile: String,
+    /// The chance that it is the next launch, times its preloads'
+    /// feedback: what the ranking is ordered by.
     pub score: f64,
     pub scores: Scores,
+    /// The chance that it starts within the next `horizon` launches
+    /// before the next boot (see [`crate::horizon`]), times the same
+    /// feedback: how likely a preload of it read now is used. Reckoned
+    /// for the first [`SOON_RECKONED`] candidates only.
+    #[serde(default)]
+    pub soon: Option<f64>,
 }
+
+/// Candidates of a ranking whose [`Candidate::soon`] is reckoned: a
+/// preloader looks at the first few only, and each costs a walk of the
+/// chain.
+pub const SOON_RECKONED: usize = 8;
 
 #[derive(Debug, Clone, Default)]
 struct Counts {
@@ -133,6 +152,7 @@ pub struct Predictor {
     /// Launches seen since the last startup; `None` before any startup.
     since_startup: Option<usize>,
     outcomes: HashMap<String, Outcomes>,
+    boots: BootLengths,
 }
 
 /// Past this scale every count is divided back down, long before f64
@@ -155,6 +175,7 @@ impl Predictor {
             last: None,
             since_startup: None,
             outcomes: HashMap::new(),
+            boots: BootLengths::default(),
         }
     }
 
@@ -182,7 +203,10 @@ impl Predictor {
 
     pub fn observe(&mut self, event: &Event) {
         match event {
-            Event::Startup(_) => {
+            Event::Startup(s) => {
+                if s.kind == StartupKind::Boot {
+                    self.boots.boot();
+                }
                 self.since_startup = Some(0);
                 // A boot or login breaks the chain: what ran before it
                 // says little about what follows it.
@@ -193,6 +217,7 @@ impl Predictor {
     }
 
     fn observe_launch(&mut self, profile: &str) {
+        self.boots.launch();
         self.scale /= self.config.decay;
         let w = self.scale;
         self.frequency.add(profile, w);
@@ -304,6 +329,7 @@ impl Predictor {
             .filter(|k| *k < self.config.startup_positions)
             .map(|k| &self.by_position[k]);
         let c = &self.config;
+        let mut next: HashMap<String, f64> = HashMap::new();
         let mut out: Vec<Candidate> = self
             .frequency
             .by_profile
@@ -336,6 +362,7 @@ impl Predictor {
                         }
                     }
                 };
+                next.insert(profile.clone(), blended);
                 Candidate {
                     profile: profile.clone(),
                     score: blended * feedback,
@@ -345,6 +372,7 @@ impl Predictor {
                         startup,
                         feedback,
                     },
+                    soon: None,
                 }
             })
             .collect();
@@ -353,6 +381,26 @@ impl Predictor {
                 .total_cmp(&a.score)
                 .then_with(|| a.profile.cmp(&b.profile))
         });
+        if c.horizon > 0 {
+            let survival = self.boots.survival(c.horizon);
+            let frequency: HashMap<String, f64> = self
+                .frequency
+                .by_profile
+                .iter()
+                .map(|(p, w)| (p.clone(), w / self.frequency.total))
+                .collect();
+            let row = |x: &str| self.transitions.get(x).map(|r| (&r.by_profile, r.total));
+            let chain = Chain {
+                frequency: &frequency,
+                row: &row,
+                scale: self.scale,
+                smoothing: c.smoothing,
+            };
+            for cand in out.iter_mut().take(SOON_RECKONED) {
+                let p = chain.soon(&cand.profile, &next, &survival);
+                cand.soon = Some(p * cand.scores.feedback);
+            }
+        }
         out
     }
 }
@@ -456,6 +504,34 @@ mod tests {
             p.observe(&l("editor"));
         }
         assert!(p.rank()[0].scores.startup.is_none());
+    }
+
+    #[test]
+    fn the_chance_before_the_next_boot_ends_with_the_boot() {
+        let mut p = with(ModelKind::Blend);
+        // Every boot: "mail" then "browser", and nothing more.
+        for _ in 0..5 {
+            p.observe(&boot());
+            p.observe(&l("mail"));
+            p.observe(&l("browser"));
+        }
+        p.observe(&boot());
+        let soon = |p: &Predictor, x: &str| {
+            p.rank()
+                .into_iter()
+                .find(|c| c.profile == x)
+                .and_then(|c| c.soon)
+                .unwrap()
+        };
+        // Both come in this boot, though only one of them next.
+        assert!(soon(&p, "browser") > 0.8, "{}", soon(&p, "browser"));
+        assert!(soon(&p, "mail") > 0.8);
+        p.observe(&l("mail"));
+        assert!(soon(&p, "browser") > 0.8);
+        p.observe(&l("browser"));
+        // Boots have ended here: a preload now would wait for the next.
+        assert!(soon(&p, "mail") < 0.2, "{}", soon(&p, "mail"));
+        assert!(soon(&p, "browser") < 0.2);
     }
 
     #[test]

@@ -128,7 +128,11 @@ pub struct ForesightStatus {
 #[serde(default)]
 pub struct PredictionStatus {
     pub profile: String,
+    /// The chance that it is the next launch (times its preloads' feedback).
     pub score: f64,
+    /// The chance that it starts before the next boot, within the
+    /// predictor's horizon: preloaded only if at least `min_chance`.
+    pub soon: Option<f64>,
     /// Fraction of its plan in the page cache at the last check.
     pub resident: Option<f64>,
     pub preloaded: bool,

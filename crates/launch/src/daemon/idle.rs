@@ -167,6 +167,7 @@ impl Thread {
                 .map(|c| PredictionStatus {
                     profile: c.profile.clone(),
                     score: c.score,
+                    soon: c.soon,
                     resident: None,
                     preloaded: false,
                 })
@@ -220,6 +221,7 @@ impl Thread {
             .map(|p| PredictionStatus {
                 profile: p.profile.clone(),
                 score: p.score,
+                soon: p.soon,
                 resident: p.resident,
                 preloaded: p.preloaded,
             })

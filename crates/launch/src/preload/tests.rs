@@ -91,6 +91,7 @@ fn ranking(profiles: &[(&str, f64)]) -> Vec<Candidate> {
             profile: p.to_string(),
             score: *score,
             scores: Scores::default(),
+            soon: None,
         })
         .collect()
 }
@@ -136,6 +137,31 @@ fn preloads_the_best_ranked_within_the_budget() {
     assert_eq!(p.stats().bytes_preloaded, 200 * MIB);
     let shown: Vec<_> = p.stats().predictions.iter().map(|x| x.preloaded).collect();
     assert_eq!(shown, vec![true, true, false, false]);
+}
+
+#[test]
+fn a_launch_unlikely_before_the_next_boot_is_not_preloaded() {
+    let mut os = Fake::new();
+    let mut p = Preloader::new(cfg());
+    let mut r = ranking(&[("a", 0.5), ("b", 0.3), ("c", 0.2)]);
+    // a is the likeliest next launch but the boot is probably over
+    // before it comes; b is less likely next but likely soon.
+    r[0].soon = Some(0.4);
+    r[1].soon = Some(0.7);
+    r[2].soon = Some(0.5);
+    let mut order = Vec::new();
+    for t in 0..5 {
+        order.extend(
+            started(&p.tick(t * 1000, &r, &mut os))
+                .into_iter()
+                .map(String::from),
+        );
+        if os.running.is_some() {
+            os.complete();
+        }
+    }
+    assert_eq!(order, vec!["b", "c"]);
+    assert_eq!(p.stats().predictions[0].soon, Some(0.4));
 }
 
 #[test]

@@ -316,9 +316,11 @@ pub fn status(args: StatusArgs) -> Result<i32> {
                 .iter()
                 .map(|p| {
                     format!(
-                        "{} {:.2}{}",
+                        "{} next {:.2}{}{}",
                         p.profile,
                         p.score,
+                        p.soon
+                            .map_or(String::new(), |s| format!(" before reboot {s:.2}")),
                         if p.preloaded { " (preloaded)" } else { "" }
                     )
                 })
