@@ -19,6 +19,7 @@ pub mod plot;
 pub mod prefetcher;
 pub mod probe;
 pub mod results;
+pub mod session;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
