@@ -97,7 +97,9 @@ pub fn launch_kinds(boot: &Boot, sequence_gap_ms: u64) -> Vec<LaunchKind> {
 
 /// The default log: habits over the suite's programs that start in a few
 /// seconds (GIMP and LibreOffice are left out, so that a six-mode run
-/// stays around half an hour), 8 boots. Each boot logs in after 2 to 4 s;
+/// stays under an hour: it waits 172 s per mode between its steps, 68 s
+/// more than the log before logins and evictions, which took about half
+/// an hour), 8 boots. Each boot logs in after 2 to 4 s;
 /// the session autostarts gedit and clang, 300 to 800 ms apart (a login's
 /// startup sequence); then one routine with some noise, 1 to 4 launches 2
 /// to 6 s apart. About one boot in three empties the cache while idle
@@ -319,6 +321,20 @@ pub fn check_programs(boots: &[Boot], known: &[String]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The time a replay of `boots` waits between its steps, launches not
+/// counted.
+pub fn waits_ms(boots: &[Boot]) -> u64 {
+    boots
+        .iter()
+        .flat_map(|b| {
+            b.launches
+                .iter()
+                .map(|l| l.after_ms)
+                .chain(b.markers.iter().map(|m| m.after_ms))
+        })
+        .sum()
 }
 
 /// How many of `boots` boots train by default: the first half.
@@ -692,6 +708,7 @@ mod tests {
         assert_eq!(boots[0].launches.len(), 2);
         // Written back as read.
         assert_eq!(encode(&to_steps(&boots)), text);
+        assert_eq!(waits_ms(&boots), 3000 + 400 + 2000 + 12_000 + 5);
         for (text, want) in [
             (
                 "{\"step\":\"login\",\"after_ms\":1}\n",
