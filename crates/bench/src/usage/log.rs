@@ -96,10 +96,8 @@ pub fn launch_kinds(boot: &Boot, sequence_gap_ms: u64) -> Vec<LaunchKind> {
 }
 
 /// The default log: habits over the suite's programs that start in a few
-/// seconds (GIMP and LibreOffice are left out, so that a six-mode run
-/// stays under an hour: it waits 172 s per mode between its steps, 68 s
-/// more than the log before logins and evictions, which took about half
-/// an hour), 8 boots. Each boot logs in after 2 to 4 s;
+/// seconds (GIMP and LibreOffice are left out, to keep a six-mode run
+/// short: the log waits 172 s per mode between its steps), 8 boots. Each boot logs in after 2 to 4 s;
 /// the session autostarts gedit and clang, 300 to 800 ms apart (a login's
 /// startup sequence); then one routine with some noise, 1 to 4 launches 2
 /// to 6 s apart. About one boot in three empties the cache while idle
@@ -535,6 +533,8 @@ mod tests {
     fn the_default_log_is_short_and_uses_quick_suite_programs() {
         let boots = from_steps(&default_steps()).unwrap();
         assert_eq!(boots.len(), 8);
+        // As its documentation says.
+        assert_eq!(waits_ms(&boots) / 1000, 172);
         let suite = crate::suite::Suite::load(
             &Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/suite.toml"),
         )
