@@ -174,10 +174,10 @@ mod tests {
         let pid = leader.pid();
         let leader_session = std::fs::read_to_string(format!("/proc/{pid}/sessionid")).unwrap();
         assert_eq!(leader_session, first.to_string());
-        // What the daemon reads at the leader's exec (with no logind
-        // here, every audit session is a login; with logind, the bench's
-        // sessions are not logind's and the daemon would not count them).
-        if !Path::new("/run/systemd/sessions").is_dir() {
+        // What the daemon reads at the leader's exec: without logind
+        // (systemd not running) every audit session is a login; with it,
+        // the bench's sessions are not logind's and do not count.
+        if !Path::new("/run/systemd/system").is_dir() {
             assert_eq!(
                 warmstart_launch::startup::login_session(
                     Path::new("/proc"),
