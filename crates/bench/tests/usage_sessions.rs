@@ -89,6 +89,7 @@ fn root_usage_logins_are_new_sessions_and_evictions_empty_the_cache() {
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(run.status.success(), "{}\n{stderr}", run.status);
     assert!(stderr.contains("caches dropped"), "{stderr}");
+    assert!(stderr.contains("the log waits 1 s per mode"), "{stderr}");
 
     let text = std::fs::read_to_string(&out).unwrap();
     let lines: Vec<(String, u64)> = text

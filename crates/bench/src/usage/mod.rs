@@ -198,7 +198,8 @@ pub fn run(args: UsageArgs, quiet: bool) -> Result<i32> {
     if !quiet {
         let waits = log::waits_ms(&boots) as f64 / 1e3;
         eprintln!(
-            "warmstart: the log waits {waits:.0} s per mode between its steps ({:.0} min for              {} modes), plus the launches and each boot's cache drop, prefetcher start and stop",
+            "warmstart: the log waits {waits:.0} s per mode between its steps ({:.0} min for \
+             {} modes), plus the launches and each boot's cache drop, prefetcher start and stop",
             waits * modes.len() as f64 / 60.0,
             modes.len()
         );
