@@ -319,8 +319,10 @@ const SESSION_UNSET: u32 = u32::MAX;
 /// audit session id (`PROC/PID/sessionid`), counted only when logind knows
 /// it as a user session (`RUN/systemd/sessions/ID` with `CLASS=user`). Cron
 /// jobs and `su` get audit sessions of their own but are not logins; on a
-/// system without logind (no `RUN/systemd/sessions`) every audit session
-/// counts. `proc_root` and `run_root` are `/proc` and `/run` except in tests.
+/// system without logind every audit session counts. Without systemd
+/// running (no `RUN/systemd/system`, sd_booted(3)) there is no logind,
+/// whatever an image left in `RUN/systemd/sessions`. `proc_root` and
+/// `run_root` are `/proc` and `/run` except in tests.
 pub fn login_session(proc_root: &Path, run_root: &Path, pid: u32) -> Option<u32> {
     let text = std::fs::read_to_string(proc_root.join(pid.to_string()).join("sessionid")).ok()?;
     let id: u32 = text.trim().parse().ok()?;
@@ -328,7 +330,7 @@ pub fn login_session(proc_root: &Path, run_root: &Path, pid: u32) -> Option<u32>
         return None;
     }
     let sessions = run_root.join("systemd/sessions");
-    if !sessions.is_dir() {
+    if !sessions.is_dir() || !run_root.join("systemd/system").is_dir() {
         return Some(id);
     }
     let info = std::fs::read_to_string(sessions.join(id.to_string())).ok()?;
@@ -694,9 +696,12 @@ mod tests {
         assert_eq!(login_session(&proc_, &run_, 1), None);
         assert_eq!(login_session(&proc_, &run_, 100), Some(3));
         assert_eq!(login_session(&proc_, &run_, 999), None);
-        // With logind, only its user sessions.
+        // A sessions directory without systemd running is no logind.
         let s = run_.join("systemd/sessions");
         std::fs::create_dir_all(&s).unwrap();
+        assert_eq!(login_session(&proc_, &run_, 300), Some(9));
+        // With logind, only its user sessions.
+        std::fs::create_dir_all(run_.join("systemd/system")).unwrap();
         std::fs::write(s.join("3"), "UID=1000\nCLASS=user\nTYPE=x11\n").unwrap();
         std::fs::write(s.join("8"), "UID=0\nCLASS=background\n").unwrap();
         assert_eq!(login_session(&proc_, &run_, 100), Some(3));

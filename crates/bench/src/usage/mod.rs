@@ -19,6 +19,7 @@ pub mod plot;
 pub mod prefetcher;
 pub mod probe;
 pub mod results;
+pub mod session;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -50,10 +51,21 @@ Modes, each replaying the whole log (default: all; preload if installed):
   predict      warmstart daemon as installed: startup plans, prediction, preloads
   preload      Debian's preload daemon with its defaults (apt-get install preload)
   warm         every launch warm (launched once, unmeasured, right before)
-A log is JSON lines: {\"step\":\"boot\"} (sync, drop caches, restart the
-prefetcher) and {\"step\":\"launch\",\"after_ms\":4000,\"program\":\"clang\"} (wait,
-then launch the suite's program). Gap captured = (cold - t) / (cold - warm).
-Needs root (drop_caches; the daemon loads its eBPF recorder).";
+A log is JSON lines of steps:
+  {\"step\":\"boot\"}
+      sync, drop caches, restart the prefetcher
+  {\"step\":\"launch\",\"after_ms\":4000,\"program\":\"clang\"}
+      wait, then launch the suite's program
+  {\"step\":\"login\",\"after_ms\":3000}
+      wait, then start a login session (a new audit session id): the boot's
+      next launches run in it
+  {\"step\":\"evict\",\"after_ms\":2000}
+      wait, then sync and drop caches, the prefetcher left running (the cache
+      emptied while the machine idled)
+Gap captured = (cold - t) / (cold - warm); totals also over the startup
+sequences (launches right after a login, see --sequence-gap) and the first
+launches after an eviction. Needs root (drop_caches; the daemon loads its
+eBPF recorder; a login writes /proc/thread-self/loginuid).";
 
 /// Replay a usage log across simulated boots: no prefetcher, the daemon
 /// with and without its foresight, Debian's preload, and warm, side by side.
@@ -64,7 +76,9 @@ pub struct UsageArgs {
     #[arg(long, value_name = "FILE", conflicts_with_all = ["default_log", "from_history"])]
     pub log: Option<PathBuf>,
     /// Replay the shipped default log (what runs without --log or
-    /// --from-history): 8 boots of python-scipy, javac, npm, clang and gedit, 1 to 4 launches each.
+    /// --from-history): 8 boots of python-scipy, javac, npm, clang and
+    /// gedit, each with a login that autostarts gedit and clang, then 1 to
+    /// 4 launches, some after an eviction while idle.
     #[arg(long, conflicts_with = "from_history")]
     pub default_log: bool,
     /// Make the log from a daemon's launch history: its state directory
@@ -81,6 +95,11 @@ pub struct UsageArgs {
     /// this many seconds.
     #[arg(long, default_value_t = 30.0, value_name = "S")]
     pub max_gap: f64,
+    /// A login's startup sequence is the launches after it, each at most
+    /// this many seconds after the step before it; the first longer gap
+    /// ends it.
+    #[arg(long, default_value_t = 2.0, value_name = "S")]
+    pub sequence_gap: f64,
     /// Write the log that would be replayed (JSON lines) and exit.
     #[arg(long, value_name = "FILE")]
     pub write_log: Option<PathBuf>,
@@ -168,6 +187,22 @@ pub fn run(args: UsageArgs, quiet: bool) -> Result<i32> {
     }
     if !Path::new("/proc/sys/vm/drop_caches").exists() {
         bail!("cannot drop caches here (no /proc/sys/vm/drop_caches)");
+    }
+    let logins = boots
+        .iter()
+        .flat_map(|b| &b.markers)
+        .any(|m| m.kind == log::MarkerKind::Login);
+    if logins {
+        session::check()?;
+    }
+    if !quiet {
+        let waits = log::waits_ms(&boots) as f64 / 1e3;
+        eprintln!(
+            "warmstart: the log waits {waits:.0} s per mode between its steps ({:.0} min for \
+             {} modes), plus the launches and each boot's cache drop, prefetcher start and stop",
+            waits * modes.len() as f64 / 60.0,
+            modes.len()
+        );
     }
     refuse_foreign_prefetchers()?;
     let warmstart_bin = if modes.iter().any(|m| m.uses_daemon()) {
@@ -266,6 +301,8 @@ pub fn run(args: UsageArgs, quiet: bool) -> Result<i32> {
         keep: args.keep_state.as_deref(),
         ignore_failure: args.ignore_failure,
         quiet,
+        logins,
+        sequence_gap_ms: (args.sequence_gap.max(0.0) * 1000.0) as u64,
     };
     let mut launches = Vec::new();
     let mut boot_results = Vec::new();
@@ -286,6 +323,12 @@ pub fn run(args: UsageArgs, quiet: bool) -> Result<i32> {
                 eprintln!("warmstart: mode {mode} failed: {e:#}");
                 failed.push(mode.name());
             }
+        }
+    }
+    if logins {
+        // Cleanup commands are no part of a login.
+        if let Err(e) = session::leave() {
+            eprintln!("warmstart: {e:#}");
         }
     }
     if done.is_empty() {
@@ -312,6 +355,7 @@ pub fn run(args: UsageArgs, quiet: bool) -> Result<i32> {
             modes: mode_names,
             learn: if args.learn_all { "all" } else { "allow-list" }.into(),
             disks,
+            sequence_gap_s: Some(args.sequence_gap),
         },
         log: log::to_steps(&boots),
         launches,
@@ -454,6 +498,10 @@ struct Run<'a> {
     keep: Option<&'a Path>,
     ignore_failure: bool,
     quiet: bool,
+    /// The log has login steps: each boot leaves the session of the last.
+    logins: bool,
+    /// See `--sequence-gap`.
+    sequence_gap_ms: u64,
 }
 
 type ModeOutput = (Vec<LaunchResult>, Vec<BootResult>, Vec<probe::Sample>);
@@ -469,6 +517,11 @@ impl Run<'_> {
         for (i, boot) in self.boots.iter().enumerate() {
             let measured = i >= self.train;
             refuse_foreign_prefetchers()?;
+            if self.logins {
+                // A boot starts outside any login, the prefetcher too
+                // (this thread starts it).
+                session::leave().context("ending the last boot's login session")?;
+            }
             warmstart_record::evict::drop_all_caches().context("dropping caches")?;
             let read_from = probe::read_bytes(self.disks);
             let pf = match mode {
@@ -489,12 +542,14 @@ impl Run<'_> {
                 origin,
                 pf.socket().map(Path::to_path_buf),
             );
-            let launched = self.launches(mode, i, boot, measured, origin, pf.socket());
+            let mut leader = None;
+            let launched = self.launches(mode, i, boot, measured, origin, pf.socket(), &mut leader);
             out.2.extend(sampler.stop());
             let window = matches!(mode, Mode::Startup | Mode::Predict);
-            let (status, quiet) = pf
-                .stop(window, limit)
-                .with_context(|| format!("boot {}", i + 1))?;
+            let stopped = pf.stop(window, limit);
+            // The session ends with the boot.
+            drop(leader);
+            let (status, quiet) = stopped.with_context(|| format!("boot {}", i + 1))?;
             if !quiet {
                 eprintln!(
                     "warmstart: warning: {mode} boot {}: the daemon was still {} after {:.0} s; \
@@ -521,7 +576,9 @@ impl Run<'_> {
         Ok(out)
     }
 
-    /// The launches of one boot.
+    /// The launches of one boot, and its logins and evictions; launches
+    /// and logins from this thread, so that they share its session.
+    #[allow(clippy::too_many_arguments)]
     fn launches(
         &self,
         mode: Mode,
@@ -530,9 +587,12 @@ impl Run<'_> {
         measured: bool,
         origin: Instant,
         socket: Option<&Path>,
+        leader: &mut Option<session::Leader>,
     ) -> Result<Vec<LaunchResult>> {
         let mut out = Vec::new();
+        let kinds = log::launch_kinds(boot, self.sequence_gap_ms);
         for (n, l) in boot.launches.iter().enumerate() {
+            self.markers(mode, i, boot, n, leader)?;
             let t = &self.targets[&l.program];
             thread::sleep(Duration::from_millis(l.after_ms));
             // What the daemon expected as the launch came: whether it had
@@ -573,9 +633,48 @@ impl Run<'_> {
                 gap: None,
                 preload_state_before: before.as_ref().map(|f| f.preload_state.clone()),
                 predictions_before: before.map(|f| f.predictions),
+                startup_sequence: kinds[n].startup_sequence,
+                after_eviction: kinds[n].after_eviction,
             });
         }
+        self.markers(mode, i, boot, boot.launches.len(), leader)?;
         Ok(out)
+    }
+
+    /// The logins and evictions of `boot` before its launch `n`.
+    fn markers(
+        &self,
+        mode: Mode,
+        i: usize,
+        boot: &Boot,
+        n: usize,
+        leader: &mut Option<session::Leader>,
+    ) -> Result<()> {
+        for m in boot.markers_before(n) {
+            thread::sleep(Duration::from_millis(m.after_ms));
+            let what = match m.kind {
+                log::MarkerKind::Login => {
+                    // The last session's leader ends as its session does.
+                    *leader = None;
+                    let id = session::begin()?;
+                    *leader = Some(session::Leader::start()?);
+                    format!("login (session {id})")
+                }
+                log::MarkerKind::Evict => {
+                    warmstart_record::evict::drop_all_caches()
+                        .context("dropping caches for an eviction")?;
+                    "caches dropped".to_string()
+                }
+            };
+            if !self.quiet {
+                eprintln!(
+                    "warmstart: usage: {mode} boot {}/{}: {what}",
+                    i + 1,
+                    self.boots.len()
+                );
+            }
+        }
+        Ok(())
     }
 
     fn prepare(&self, t: &Target) -> Result<()> {

@@ -167,6 +167,7 @@ mod tests {
                 modes: vec!["none".into(), "predict".into()],
                 learn: "allow-list".into(),
                 disks: vec![],
+                sequence_gap_s: None,
             },
             log: vec![],
             launches: vec![LaunchResult {
@@ -182,6 +183,8 @@ mod tests {
                 gap: None,
                 preload_state_before: None,
                 predictions_before: None,
+                startup_sequence: false,
+                after_eviction: false,
             }],
             boots: vec![],
             samples: vec![

@@ -37,6 +37,9 @@ pub struct UsageSettings {
     pub learn: String,
     /// The disks whose reads are counted.
     pub disks: Vec<String>,
+    /// `--sequence-gap`: the longest gap within a login's startup sequence.
+    #[serde(default)]
+    pub sequence_gap_s: Option<f64>,
 }
 
 /// One launch of one mode.
@@ -64,6 +67,13 @@ pub struct LaunchResult {
     pub preload_state_before: Option<String>,
     #[serde(default)]
     pub predictions_before: Option<Vec<PredictionStatus>>,
+    /// Part of a login's startup sequence (the launches right after a
+    /// login step, to the first gap longer than `--sequence-gap`).
+    #[serde(default)]
+    pub startup_sequence: bool,
+    /// The first launch after an eviction while idle.
+    #[serde(default)]
+    pub after_eviction: bool,
 }
 
 /// What a mode's prefetcher did during one boot.
@@ -126,6 +136,18 @@ pub struct ModeTotals {
     pub slower_than_cold: usize,
     /// The slowest launch relative to its cold time.
     pub max_ratio_to_cold: Option<f64>,
+    /// Measured launches of login startup sequences, and the gap captured
+    /// over them as over all (`gap_captured`).
+    #[serde(default)]
+    pub startup_launches: usize,
+    #[serde(default)]
+    pub startup_gap_captured: Option<f64>,
+    /// Measured first launches after an eviction, and the gap captured
+    /// over them.
+    #[serde(default)]
+    pub eviction_launches: usize,
+    #[serde(default)]
+    pub eviction_gap_captured: Option<f64>,
 }
 
 /// The share of the cold–warm gap a launch of `t` captured; `None` when
@@ -151,6 +173,18 @@ pub fn fill_baselines(launches: &mut [LaunchResult]) {
             _ => None,
         };
     }
+}
+
+/// Σ(cold - t) / Σ(cold - warm) over `launches` (their baselines
+/// filled); `None` when a launch lacks a baseline or there is no gap.
+pub fn gap_over<'a>(launches: impl IntoIterator<Item = &'a LaunchResult>) -> Option<f64> {
+    let (mut saved, mut possible) = (0.0, 0.0);
+    for l in launches {
+        let (c, w) = (l.cold_ms?, l.warm_ms?);
+        saved += c - l.ms;
+        possible += c - w;
+    }
+    (possible > 0.0).then(|| saved / possible)
 }
 
 /// Bytes used / bytes preloaded over measured boots.
@@ -183,16 +217,10 @@ pub fn totals(
                 .iter()
                 .filter(|l| &l.mode == mode && l.measured)
                 .collect();
-            let (mut saved, mut possible, mut complete) = (0.0, 0.0, true);
-            for l in &ls {
-                match (l.cold_ms, l.warm_ms) {
-                    (Some(c), Some(w)) => {
-                        saved += c - l.ms;
-                        possible += c - w;
-                    }
-                    _ => complete = false,
-                }
-            }
+            let startup: Vec<&LaunchResult> =
+                ls.iter().copied().filter(|l| l.startup_sequence).collect();
+            let evicted: Vec<&LaunchResult> =
+                ls.iter().copied().filter(|l| l.after_eviction).collect();
             let daemon: Vec<&DaemonBoot> = boots
                 .iter()
                 .filter(|b| &b.mode == mode && b.measured)
@@ -219,7 +247,7 @@ pub fn totals(
                 mode: mode.clone(),
                 launches: ls.len(),
                 total_ms: ls.iter().map(|l| l.ms).sum(),
-                gap_captured: (complete && possible > 0.0).then(|| saved / possible),
+                gap_captured: gap_over(ls.iter().copied()),
                 precision: precision(&daemon),
                 bytes_preloaded: has_daemon.then(|| daemon.iter().map(|b| b.bytes_preloaded).sum()),
                 bytes_used: has_daemon.then(|| daemon.iter().map(|b| b.bytes_used).sum()),
@@ -230,6 +258,10 @@ pub fn totals(
                 extra_read_bytes: none_read.map(|n| r as i64 - n as i64),
                 slower_than_cold: ratios.iter().filter(|x| **x > HARM_RATIO).count(),
                 max_ratio_to_cold: ratios.iter().copied().reduce(f64::max),
+                startup_launches: startup.len(),
+                startup_gap_captured: gap_over(startup),
+                eviction_launches: evicted.len(),
+                eviction_gap_captured: gap_over(evicted),
             }
         })
         .collect()
@@ -267,10 +299,23 @@ fn launch_rows(r: &UsageResults) -> (Vec<String>, Vec<Vec<String>>) {
     let rows = keys
         .into_iter()
         .map(|(boot, launch, program, measured)| {
+            let kind = r
+                .launches
+                .iter()
+                .find(|l| l.boot == boot && l.launch == launch)
+                .map_or("", |l| {
+                    if l.startup_sequence {
+                        " (login)"
+                    } else if l.after_eviction {
+                        " (evicted)"
+                    } else {
+                        ""
+                    }
+                });
             let mut row = vec![
                 format!("{boot}{}", if measured { "" } else { " (train)" }),
                 launch.to_string(),
-                program,
+                format!("{program}{kind}"),
             ];
             for m in modes {
                 let cell = r
@@ -332,6 +377,42 @@ fn totals_rows(r: &UsageResults) -> (Vec<String>, Vec<Vec<String>>) {
     (head, rows)
 }
 
+/// The rows of the goals table: each mode's gap over login startup
+/// sequences and first launches after an eviction.
+fn goal_rows(r: &UsageResults) -> (Vec<String>, Vec<Vec<String>>) {
+    let head = [
+        "mode",
+        "startup-sequence launches",
+        "gap captured",
+        "launches after an eviction",
+        "gap captured",
+    ]
+    .map(String::from)
+    .to_vec();
+    let rows = r
+        .totals
+        .iter()
+        .map(|t| {
+            vec![
+                t.mode.clone(),
+                t.startup_launches.to_string(),
+                pct(t.startup_gap_captured),
+                t.eviction_launches.to_string(),
+                pct(t.eviction_gap_captured),
+            ]
+        })
+        .collect();
+    (head, rows)
+}
+
+/// Whether the goals table has anything to show: the log has logins or
+/// evictions.
+fn has_goals(r: &UsageResults) -> bool {
+    r.log
+        .iter()
+        .any(|s| matches!(s, Step::Login { .. } | Step::Evict { .. }))
+}
+
 fn text_table(head: &[String], rows: &[Vec<String>]) -> String {
     let mut w: Vec<usize> = head.iter().map(|h| h.chars().count()).collect();
     for r in rows {
@@ -368,12 +449,33 @@ mode's time of the same launch and warm the `warm` mode's; totals are over the m
 boots. Precision = bytes preloaded that a launch used / bytes preloaded (the daemon's \
 figures; n/a for Debian's preload, whose reads are not observable).";
 
+/// What the goals table and the per-launch marks mean.
+fn goals_note(r: &UsageResults) -> String {
+    format!(
+        "A login's startup sequence (marked \"(login)\") is the launches after a login step, \
+         each at most {} s after the step before it; \"(evicted)\" marks the first launch after \
+         an eviction (caches dropped while the prefetcher ran). Gap captured over them as over all.",
+        r.settings.sequence_gap_s.unwrap_or(2.0)
+    )
+}
+
 /// The table printed on stdout.
 pub fn render(r: &UsageResults) -> String {
     let (h, rows) = launch_rows(r);
     let (th, trows) = totals_rows(r);
+    let goals = if has_goals(r) {
+        let (gh, grows) = goal_rows(r);
+        format!(
+            "\nLogin startup sequences and launches after an eviction, over the measured \
+             boots:\n{}\n{}\n",
+            text_table(&gh, &grows),
+            goals_note(r)
+        )
+    } else {
+        String::new()
+    };
     format!(
-        "Usage log: {} boots ({} training), {} launches; {}\n\n{}\nTotals over the measured boots:\n{}\n{GAP_NOTE}\n",
+        "Usage log: {} boots ({} training), {} launches; {}\n\n{}\nTotals over the measured boots:\n{}{goals}\n{GAP_NOTE}\n",
         r.settings.boots,
         r.settings.train_boots,
         r.log.iter().filter(|s| matches!(s, Step::Launch { .. })).count(),
@@ -383,15 +485,30 @@ pub fn render(r: &UsageResults) -> String {
     )
 }
 
-/// The results as Markdown: machine and method, then both tables.
+/// The results as Markdown: machine and method, then the tables.
 pub fn render_markdown(r: &UsageResults) -> String {
     let (h, rows) = launch_rows(r);
     let (th, trows) = totals_rows(r);
+    let (method, goals) = if has_goals(r) {
+        let (gh, grows) = goal_rows(r);
+        (
+            " A login step started a new login session (a new audit session id) for the \
+             boot's next launches; an eviction step synced and dropped the caches with the \
+             prefetcher running.",
+            format!(
+                "### Login startup sequences and launches after an eviction\n\n{}\n{}\n\n",
+                md_table(&gh, &grows),
+                goals_note(r)
+            ),
+        )
+    } else {
+        ("", String::new())
+    };
     format!(
         "## Usage log\n\nMachine: {}.\n\nMethod: `warmstart bench usage` replayed {} \
          ({} boots, the first {} training); at each boot, sync, caches dropped, the mode's \
          prefetcher restarted with the state of its earlier boots; launches without a \
-         wrapper; modes {}. Reads counted on {}.\n\n### Totals\n\n{}\n### Launches\n\n{}\n{GAP_NOTE}\n",
+         wrapper; modes {}.{method} Reads counted on {}.\n\n### Totals\n\n{}\n{goals}### Launches\n\n{}\n{GAP_NOTE}\n",
         r.machine.describe(),
         r.settings.log_source,
         r.settings.boots,
@@ -421,6 +538,8 @@ mod tests {
             gap: None,
             preload_state_before: None,
             predictions_before: None,
+            startup_sequence: false,
+            after_eviction: false,
         }
     }
 
@@ -551,5 +670,127 @@ mod tests {
         };
         assert_eq!(precision(&[&a, &b]), Some(0.75));
         assert_eq!(precision(&[&DaemonBoot::default()]), None);
+    }
+
+    #[test]
+    fn gaps_over_startup_sequences_and_evictions() {
+        // Boot 2: launch 1 in a login's sequence, 2 after an eviction, 3
+        // neither; boot 1 trains.
+        let mut ls = Vec::new();
+        for (mode, times) in [
+            ("none", [1000.0, 800.0, 500.0]),
+            ("warm", [200.0, 300.0, 100.0]),
+            ("predict", [360.0, 550.0, 500.0]),
+        ] {
+            ls.push(launch(mode, 1, 1, 5000.0, false));
+            for (n, ms) in times.into_iter().enumerate() {
+                ls.push(launch(mode, 2, n + 1, ms, true));
+            }
+        }
+        for l in &mut ls {
+            l.startup_sequence = l.launch == 1;
+            l.after_eviction = l.launch == 2;
+        }
+        fill_baselines(&mut ls);
+        let modes: Vec<String> = ["none", "predict", "warm"].map(String::from).to_vec();
+        let t = totals(&modes, &ls, &[], &[]);
+        let p = &t[1];
+        // The training boot's launch 1 is not counted.
+        assert_eq!((p.startup_launches, p.eviction_launches), (1, 1));
+        // (1000 - 360) / (1000 - 200).
+        assert!((p.startup_gap_captured.unwrap() - 0.8).abs() < 1e-9);
+        // (800 - 550) / (800 - 300).
+        assert!((p.eviction_gap_captured.unwrap() - 0.5).abs() < 1e-9);
+        // Over all: (640 + 250 + 0) / (800 + 500 + 400).
+        assert!((p.gap_captured.unwrap() - 890.0 / 1700.0).abs() < 1e-9);
+        assert_eq!(t[0].startup_gap_captured, Some(0.0));
+        assert_eq!(t[2].eviction_gap_captured, Some(1.0));
+        // None of them: no figure, not 0%.
+        for l in &mut ls {
+            l.after_eviction = false;
+        }
+        let t = totals(&modes, &ls, &[], &[]);
+        assert_eq!(
+            (t[1].eviction_launches, t[1].eviction_gap_captured),
+            (0, None)
+        );
+        // A launch without its baseline leaves the figure unknown.
+        assert_eq!(gap_over(&ls[..1]), None);
+        assert_eq!(gap_over(std::iter::empty()), None);
+    }
+
+    fn results(log: Vec<Step>, launches: Vec<LaunchResult>) -> UsageResults {
+        let modes: Vec<String> = ["none", "predict", "warm"].map(String::from).to_vec();
+        let totals = totals(&modes, &launches, &[], &[]);
+        UsageResults {
+            machine: Machine::default(),
+            settings: UsageSettings {
+                suite: "s".into(),
+                log_source: "l".into(),
+                boots: 1,
+                train_boots: 0,
+                modes,
+                learn: "allow-list".into(),
+                disks: vec![],
+                sequence_gap_s: Some(2.0),
+            },
+            log,
+            launches,
+            boots: vec![],
+            samples: vec![],
+            totals,
+        }
+    }
+
+    #[test]
+    fn tables_show_sequences_and_evictions_when_the_log_has_them() {
+        let mut ls: Vec<LaunchResult> = ["none", "predict", "warm"]
+            .into_iter()
+            .flat_map(|m| [launch(m, 1, 1, 900.0, true), launch(m, 1, 2, 700.0, true)])
+            .collect();
+        for l in &mut ls {
+            l.startup_sequence = l.launch == 1;
+            l.after_eviction = l.launch == 2;
+            l.ms = match (l.mode.as_str(), l.launch) {
+                ("warm", _) => 100.0,
+                ("predict", 1) => 180.0,
+                ("predict", _) => 400.0,
+                (_, 1) => 900.0,
+                _ => 700.0,
+            };
+        }
+        fill_baselines(&mut ls);
+        let plain = results(vec![Step::Boot], ls.clone());
+        assert!(!render(&plain).contains("after an eviction"));
+        assert!(!render_markdown(&plain).contains("after an eviction"));
+        let log = vec![
+            Step::Boot,
+            Step::Login { after_ms: 1 },
+            Step::Evict { after_ms: 1 },
+        ];
+        let r = results(log, ls);
+        let text = render(&r);
+        assert!(
+            text.contains("p (login)") && text.contains("p (evicted)"),
+            "{text}"
+        );
+        // predict: (900 - 180) / 800 = 90% of the sequence, (700 - 400) /
+        // 600 = 50% after the eviction.
+        let row = text
+            .lines()
+            .skip_while(|l| !l.starts_with("Login startup sequences"))
+            .find(|l| l.starts_with("predict"))
+            .unwrap();
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(cells, ["predict", "1", "90%", "1", "50%"], "{text}");
+        let md = render_markdown(&r);
+        assert!(md.contains("### Login startup sequences and launches after an eviction"));
+        assert!(md.contains("| predict | 1 | 90% | 1 | 50% |"), "{md}");
+        assert!(md.contains("A login step started"));
+        // And the JSON has the flags and figures.
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["launches"][0]["startup_sequence"], true);
+        assert_eq!(v["totals"][1]["eviction_launches"], 1);
+        assert_eq!(v["totals"][1]["startup_gap_captured"], 0.9);
     }
 }
