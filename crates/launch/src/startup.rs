@@ -47,6 +47,11 @@ pub struct StartupConfig {
     pub boot: bool,
     /// ... for login sessions (the first exec of a new session).
     pub login: bool,
+    /// At a boot, once the boot plan is read, read the login plan too: on
+    /// a desktop a login follows every boot, and the session's first
+    /// programs then start from the cache. The login's own replay
+    /// replaces it when the login comes.
+    pub login_at_boot: bool,
     /// A window closes after this many seconds without a new exec: a
     /// startup is a burst of programs starting one after another.
     pub quiet_s: f64,
@@ -83,6 +88,7 @@ impl Default for StartupConfig {
             enabled: true,
             boot: true,
             login: true,
+            login_at_boot: true,
             quiet_s: 5.0,
             max_s: 60.0,
             boot_uptime_max_s: 120.0,

@@ -213,7 +213,7 @@ fn root_daemon_records_boots_and_replays_their_plan() {
     }
     let log = std::fs::read_to_string(&log_path).unwrap();
     assert_eq!(
-        log.matches("boot startup: replaying its plan").count(),
+        log.matches("boot startup: replaying the boot plan").count(),
         1,
         "the third boot replays the plan of the first two: {log}"
     );

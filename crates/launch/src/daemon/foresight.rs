@@ -379,39 +379,23 @@ impl Foresight {
         // it, and the last one dropped stops the replay.
         let slot = Arc::new(Mutex::new(None));
         self.replay = Some(Arc::clone(&slot));
-        let (store, opts, cfg) = (
-            self.startups.clone(),
-            self.compile.clone(),
-            self.startup.clone(),
-        );
-        let (proc_root, replays) = (self.proc_root.clone(), Arc::clone(&self.replays));
+        // A login follows a boot on a desktop: its plan is read once the
+        // boot's is, so that the session's first programs start from the
+        // cache. The login's own replay, when it comes, replaces it.
+        let mut kinds = vec![kind];
+        if kind == StartupKind::Boot && self.startup.login && self.startup.login_at_boot {
+            kinds.push(StartupKind::Login);
+        }
+        let turn = InTurn {
+            store: self.startups.clone(),
+            opts: self.compile.clone(),
+            cfg: self.startup.clone(),
+            proc_root: self.proc_root.clone(),
+            replays: Arc::clone(&self.replays),
+        };
         let started = std::thread::Builder::new()
             .name("ws-startup".into())
-            .spawn(move || {
-                let mut err = std::io::stderr();
-                let loaded = store.plan(kind, &opts);
-                for w in &loaded.warnings {
-                    let _ = writeln!(err, "warmstart daemon: {w}");
-                }
-                let Some(plan) = loaded.plan else {
-                    return;
-                };
-                match replay_startup(Arc::new(plan), &cfg, || mem_available(&proc_root)) {
-                    Ok(h) => {
-                        let _ = writeln!(
-                            err,
-                            "warmstart daemon: {} startup: replaying its plan ({} KiB)",
-                            kind_name(kind),
-                            h.bytes >> 10
-                        );
-                        replays.fetch_add(1, Ordering::Relaxed);
-                        *lock(&slot) = Some(h);
-                    }
-                    Err(e) => {
-                        let _ = writeln!(err, "warmstart daemon: startup replay: {e}");
-                    }
-                }
-            });
+            .spawn(move || turn.run(&kinds, &slot));
         if let Err(e) = started {
             let _ = writeln!(log, "warmstart daemon: startup replay: {e}");
         }
@@ -492,6 +476,68 @@ fn write_history(mut file: HistoryFile, rx: Receiver<HistoryWrite>) {
         }
         for done in flushes.drain(..) {
             let _ = done.send(());
+        }
+    }
+}
+
+/// Startup plans replayed one after another on the startup thread.
+struct InTurn {
+    store: StartupStore,
+    opts: CompileOptions,
+    cfg: StartupConfig,
+    proc_root: PathBuf,
+    replays: Arc<AtomicU64>,
+}
+
+/// How often the startup thread looks whether a replay it waits on ended.
+const IN_TURN_POLL: Duration = Duration::from_millis(50);
+
+impl InTurn {
+    /// Replays the plan of each kind in turn, each once the one before
+    /// ended, leaving the running one's handle in `slot`. Stops when the
+    /// daemon let go of the slot (a later startup replaced it, or the
+    /// daemon stops): the running replay is then cancelled as its handle
+    /// drops.
+    fn run(self, kinds: &[StartupKind], slot: &Arc<Mutex<Option<ReplayHandle>>>) {
+        let mut err = std::io::stderr();
+        let abandoned = || Arc::strong_count(slot) == 1;
+        for (i, &kind) in kinds.iter().enumerate() {
+            if i > 0 {
+                while lock(slot).as_ref().is_some_and(|h| !h.is_finished()) {
+                    if abandoned() {
+                        return;
+                    }
+                    std::thread::sleep(IN_TURN_POLL);
+                }
+            }
+            if abandoned() {
+                return;
+            }
+            let loaded = self.store.plan(kind, &self.opts);
+            for w in &loaded.warnings {
+                let _ = writeln!(err, "warmstart daemon: {w}");
+            }
+            let Some(plan) = loaded.plan else {
+                continue;
+            };
+            match replay_startup(Arc::new(plan), &self.cfg, || mem_available(&self.proc_root)) {
+                Ok(h) => {
+                    let ahead = if i > 0 { " ahead of it" } else { "" };
+                    let _ = writeln!(
+                        err,
+                        "warmstart daemon: {} startup: replaying the {} plan{ahead} ({} KiB)",
+                        kind_name(kinds[0]),
+                        kind_name(kind),
+                        h.bytes >> 10
+                    );
+                    self.replays.fetch_add(1, Ordering::Relaxed);
+                    *lock(slot) = Some(h);
+                }
+                Err(e) => {
+                    let _ = writeln!(err, "warmstart daemon: startup replay: {e}");
+                    return;
+                }
+            }
         }
     }
 }

@@ -207,6 +207,67 @@ fn a_login_opens_a_window_and_launches_ending_in_it_stay_tracked_until_it_closes
     );
 }
 
+/// A process of the new login session `session` exec's (the fake `/proc`
+/// says so; the fake `/run` has no logind, so every audit session counts).
+fn log_in(h: &mut Harness, session: u32) {
+    let login = h.process();
+    let pdir = h.dir.path().join("proc").join(login.to_string());
+    std::fs::create_dir_all(&pdir).unwrap();
+    std::fs::write(pdir.join("sessionid"), session.to_string()).unwrap();
+    h.step(vec![Event::Exec {
+        uid: me_uid(),
+        tgid: login,
+        ts_ns: monotonic_ns(),
+        file: file_info(Path::new("/usr/bin/true")),
+        argv: Some(vec!["true".into(), "login".into()]),
+    }]);
+}
+
+#[test]
+fn a_boot_reads_the_login_plan_ahead_of_the_login() {
+    for ahead in [true, false] {
+        let mut h = harness(|d| {
+            quick_startups(d);
+            d.startup.login_at_boot = ahead;
+        });
+        let data = h.data_file("session.so", 256);
+        attach(&mut h, 3600.0);
+        // Two logins read the same pages: a login plan.
+        for session in [7, 8] {
+            log_in(&mut h, session);
+            assert_eq!(
+                h.lp.status.foresight.startup_window.as_deref(),
+                Some("login")
+            );
+            h.launch(Path::new(SLEEP), &["sleep", "600"], &data, 32, false);
+            std::thread::sleep(Duration::from_millis(250));
+            h.step(vec![]);
+            assert!(!h.lp.foresight.recording());
+            h.lp.learners.wait_idle();
+        }
+        let startups = StartupStore::new(&h.lp.dcfg.state_dir, &h.lp.dcfg.startup);
+        assert!(startups
+            .plan(StartupKind::Login, &h.lp.cfg.compile)
+            .plan
+            .is_some());
+        assert!(startups
+            .plan(StartupKind::Boot, &h.lp.cfg.compile)
+            .plan
+            .is_none());
+        // A boot, with no boot plan yet: the login plan is read at once.
+        attach(&mut h, 3.0);
+        if ahead {
+            wait_for(&mut h, "the login plan replayed at the boot", |h| {
+                h.lp.status.foresight.startup_replays == 1
+            });
+        } else {
+            std::thread::sleep(Duration::from_millis(300));
+            h.step(vec![]);
+            assert_eq!(h.lp.status.foresight.startup_replays, 0);
+        }
+    }
+}
+
 #[test]
 fn a_daemon_restarted_long_after_boot_opens_no_window() {
     let mut h = harness(quick_startups);
