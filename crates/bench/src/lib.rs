@@ -221,9 +221,6 @@ pub fn run(args: BenchArgs, quiet: bool) -> Result<i32> {
     if args.testbed_cache.is_some() && args.fs.is_none() {
         bail!("--testbed-cache goes with --fs or --testbed-cleanup");
     }
-    if let Some(tb) = testbed::inner() {
-        tb.link_host_root()?;
-    }
     if let Some(fs) = args.fs {
         // The suite's packages go onto the host first, so the image
         // (checked against the host's trees) has them.

@@ -129,26 +129,6 @@ impl Inner {
         }
     }
 
-    /// Makes the chroot's host path name the chroot's root inside it.
-    ///
-    /// The eBPF recorder names files by walking dentries up to the mount
-    /// namespace's root, not the chroot's, so inside the testbed it reports
-    /// `/run/warmstart-testbed/ID/root/usr/bin/sh` for `/usr/bin/sh`. With
-    /// that path a symbolic link to `/` (in the namespace's private `/run`),
-    /// every name it reports is valid inside: it confirms them with stat(),
-    /// and the plans made from them open the same files.
-    pub fn link_host_root(&self) -> Result<()> {
-        let link = Path::new(&self.info.host_root);
-        if std::fs::symlink_metadata(link).is_ok() {
-            return Ok(());
-        }
-        if let Some(d) = link.parent() {
-            std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
-        }
-        std::os::unix::fs::symlink("/", link)
-            .with_context(|| format!("linking {} to / in the testbed", link.display()))
-    }
-
     /// Bytes read from the loop device so far.
     pub fn device_read_bytes(&self) -> Option<u64> {
         let name = Path::new(&self.info.loop_device).file_name()?;

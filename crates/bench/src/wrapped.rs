@@ -183,14 +183,7 @@ impl Wrapped {
         let path = self.dir.path().join("config.toml");
         if self.policy_key.is_none() {
             let key = policy_key(t)?;
-            let mut allow = vec![toml::Value::String(key.clone()).to_string()];
-            if let Some(tb) = crate::testbed::inner() {
-                // In a testbed the daemon sees execs by the names the eBPF
-                // recorder gives them: under the chroot's host path (see
-                // `Inner::link_host_root`).
-                let host = format!("{}{key}", tb.info.host_root.trim_end_matches('/'));
-                allow.push(toml::Value::String(host).to_string());
-            }
+            let allow = [toml::Value::String(key.clone()).to_string()];
             let text = format!(
                 "learn = \"allow-list\"\nallow = [{}]\nskip_services = false\n",
                 allow.join(", ")

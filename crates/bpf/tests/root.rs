@@ -96,3 +96,74 @@ fn root_exec_events_carry_the_command_line() {
         "{starts:?}"
     );
 }
+
+/// A program chrooted into a directory opens a file: the open event names
+/// it as the program sees it (`/data/probe.txt`), as d_path would, not by
+/// where its root lies in the mount namespace. A recorder running beside
+/// it in the same root (the bench's storage testbed chroots both) can only
+/// confirm names of that form.
+#[test]
+fn root_open_in_a_chroot_is_named_from_the_chroot() {
+    if !warmstart_testing::require_root("root_open_in_a_chroot_is_named_from_the_chroot") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("ws-bpf-chroot-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("data")).unwrap();
+    std::fs::write(dir.join("data/probe.txt"), b"x").unwrap();
+    let root = std::ffi::CString::new(dir.to_str().unwrap()).unwrap();
+
+    let rec = Recorder::start(Options::default()).unwrap();
+    let mut fds = [0; 2];
+    // SAFETY: a two-int array for pipe(2).
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: the child makes only async-signal-safe calls (read, chroot,
+    // chdir, open, _exit) on buffers made before the fork.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork");
+    if pid == 0 {
+        // SAFETY: see above; the child never returns into the test.
+        unsafe {
+            let mut b = 0u8;
+            libc::read(fds[0], (&mut b as *mut u8).cast(), 1);
+            let ok = libc::chroot(root.as_ptr()) == 0
+                && libc::chdir(c"/".as_ptr()) == 0
+                && libc::open(c"/data/probe.txt".as_ptr(), libc::O_RDONLY) >= 0;
+            libc::_exit(if ok { 0 } else { 1 });
+        }
+    }
+    rec.track(pid as u32).unwrap();
+    // SAFETY: writes one byte from a local to the pipe made above, then
+    // reaps the child into a local.
+    let status = unsafe {
+        libc::write(fds[1], [1u8].as_ptr().cast(), 1);
+        let mut st = 0;
+        libc::waitpid(pid, &mut st, 0);
+        libc::close(fds[0]);
+        libc::close(fds[1]);
+        st
+    };
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "the child chrooted and opened the file"
+    );
+
+    let mut opened = Vec::new();
+    let mut buf = Vec::new();
+    let t = Instant::now();
+    while opened.is_empty() && t.elapsed() < Duration::from_secs(10) {
+        rec.poll(Duration::from_millis(50), &mut buf).unwrap();
+        for ev in buf.drain(..) {
+            if let Event::Open { tgid, file, .. } = ev {
+                if tgid == pid as u32 {
+                    opened.push(file.path);
+                }
+            }
+        }
+    }
+    assert_eq!(
+        opened.first().and_then(|p| p.absolute()).as_deref(),
+        Some("/data/probe.txt"),
+        "{opened:?}"
+    );
+}

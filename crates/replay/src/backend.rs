@@ -276,6 +276,23 @@ pub trait Backend: Sync {
         len: u64,
     ) -> Result<Residency, ReplayError>;
 
+    /// Reads `offset..offset+len` through the page cache and returns once
+    /// it is there (I/O only for what is not). The residency wait uses it
+    /// for a block device's ranges that stay absent: a filesystem reading
+    /// or creating its metadata through buffer heads leaves the page
+    /// cached but not marked up to date, so `WILLNEED` passes it by and
+    /// `mincore` reports it absent for as long as the filesystem holds it
+    /// (across `drop_caches`), while a read marks it up to date. The
+    /// default does nothing.
+    fn read_through(
+        &self,
+        _handle: &Self::Handle,
+        _offset: u64,
+        _len: u64,
+    ) -> Result<(), ReplayError> {
+        Ok(())
+    }
+
     /// Sets the I/O priority of the calling thread.
     fn set_io_priority(&self, prio: IoPriority) -> Result<(), ReplayError>;
 

@@ -50,6 +50,16 @@ pub enum ReplayError {
         len: u64,
         source: io::Error,
     },
+    /// Reading a range through the page cache (the residency wait's
+    /// read of a block device's pages, see [`crate::Backend::read_through`])
+    /// failed.
+    #[error("reading {path} bytes {offset}+{len} failed: {source}", path = .path.display())]
+    Read {
+        path: PathBuf,
+        offset: u64,
+        len: u64,
+        source: io::Error,
+    },
     /// A path lookup failed for a reason other than the path not existing
     /// (a negative lookup is a normal, useful outcome).
     #[error("{kind} lookup of {path} failed: {source}", path = .path.display())]

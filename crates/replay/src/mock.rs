@@ -38,6 +38,12 @@ pub enum Call {
     Cpus(Vec<usize>),
     /// The calling thread moved to idle scheduling priority.
     Idle,
+    /// A range read through the page cache (`Backend::read_through`).
+    Read {
+        target: String,
+        offset: u64,
+        len: u64,
+    },
 }
 
 /// A mock open file or device.
@@ -88,6 +94,9 @@ pub struct MockBackend {
     live: Arc<AtomicUsize>,
     /// Page ranges prefetched, per target.
     prefetched: Mutex<HashMap<String, Vec<(u64, u64)>>>,
+    /// Pages, per target, that a prefetch leaves absent and only a read
+    /// makes resident (see [`MockBackend::with_stuck_pages`]).
+    stuck: Mutex<HashMap<String, HashSet<u64>>>,
     /// What `thread_cpus` answers: two CPUs unless set.
     cpus: Mutex<Vec<usize>>,
     refuse_moves: bool,
@@ -127,6 +136,7 @@ impl MockBackend {
             not_resident_polls: AtomicU64::new(0),
             live: Arc::new(AtomicUsize::new(0)),
             prefetched: Mutex::new(HashMap::new()),
+            stuck: Mutex::new(HashMap::new()),
             cpus: Mutex::new(vec![0, 1]),
             refuse_moves: false,
             refused: Mutex::new(HashSet::new()),
@@ -214,6 +224,18 @@ impl MockBackend {
     /// a range is resident once it was prefetched.
     pub fn with_not_resident_polls(self, n: u64) -> Self {
         self.not_resident_polls.store(n, Ordering::Relaxed);
+        self
+    }
+
+    /// Pages `pages` of `target` (a path, or `dev:MAJ:MIN`) are in the
+    /// cache but not up to date, as a filesystem leaves the device pages of
+    /// metadata it read or created through buffer heads: a prefetch leaves
+    /// them absent and only `read_through` makes them resident.
+    pub fn with_stuck_pages(self, target: &str, pages: std::ops::Range<u64>) -> Self {
+        lock(&self.stuck)
+            .entry(target.to_string())
+            .or_default()
+            .extend(pages);
         self
     }
 
@@ -388,14 +410,39 @@ impl Backend for MockBackend {
         // Pages of first..last covered by the union of the prefetched ranges.
         let mut resident = 0;
         let mut covered_to = first;
-        for (a, b) in ranges {
+        for &(a, b) in &ranges {
             let (a, b) = (a.max(covered_to), b.min(last));
             if a < b {
                 resident += b - a;
                 covered_to = b;
             }
         }
+        // Stuck pages that a prefetch covered count only once read.
+        if let Some(stuck) = lock(&self.stuck).get(&h.target) {
+            resident -= stuck
+                .iter()
+                .filter(|&&p| (first..last).contains(&p))
+                .filter(|&&p| ranges.iter().any(|&(a, b)| (a..b).contains(&p)))
+                .count() as u64;
+        }
         Ok(Residency { resident, pages })
+    }
+
+    fn read_through(&self, h: &MockHandle, offset: u64, len: u64) -> Result<(), ReplayError> {
+        self.record(Call::Read {
+            target: h.target.clone(),
+            offset,
+            len,
+        });
+        let (first, last) = (offset / PAGE_SIZE, (offset + len).div_ceil(PAGE_SIZE));
+        if let Some(stuck) = lock(&self.stuck).get_mut(&h.target) {
+            stuck.retain(|&p| !(first..last).contains(&p));
+        }
+        lock(&self.prefetched)
+            .entry(h.target.clone())
+            .or_default()
+            .push((first, last));
+        Ok(())
     }
 
     fn set_io_priority(&self, prio: IoPriority) -> Result<(), ReplayError> {

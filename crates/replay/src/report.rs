@@ -209,6 +209,15 @@ pub struct WaitReport {
     /// Of those, resident when the wait ended.
     pub resident: u64,
     pub timed_out: bool,
+    /// The wait gave up on a file or device whose pending pages made no
+    /// progress for [`crate::Options::wait_stall`].
+    #[serde(default)]
+    pub stalled: bool,
+    /// Block-device ranges still absent after their read-ahead that the
+    /// wait read through the page cache (see
+    /// [`crate::Backend::read_through`]).
+    #[serde(default)]
+    pub ranges_read: u64,
     /// Files not waited for because they could not be reopened unchanged.
     pub files_unchecked: u64,
     /// Residency queries that failed.

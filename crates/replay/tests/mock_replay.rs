@@ -670,3 +670,64 @@ fn request_log_keeps_every_accepted_data_request_in_issue_order() {
     assert_eq!(got, vec![(0, 0, 8 * K), (0, 64 * K, 4 * K)]);
     assert!(r.issued[0].t_ns > 0 && r.issued[0].t_ns <= r.issued[1].t_ns);
 }
+
+#[test]
+fn wait_reads_device_pages_that_read_ahead_leaves_absent() {
+    // A directory block the launch itself rewrote: ext4 holds it through
+    // buffer heads, so its device page stays cached but not up to date
+    // across cache drops; WILLNEED passes it by and mincore calls it
+    // absent until something reads it.
+    let dev = libc::makedev(7, 0);
+    let b = MockBackend::new()
+        .with_device(dev)
+        .with_stuck_pages("dev:7:0", 3..4);
+    let p = plan(
+        &[],
+        &[],
+        vec![Entry::Meta {
+            device: dev,
+            offset: 8 * K,
+            len: 8 * K,
+        }],
+    );
+    let o = Options {
+        wait: Some(Duration::from_secs(2)),
+        wait_poll: Duration::from_millis(1),
+        ..opts(1)
+    };
+    let r = replay(&p, &o, &b).unwrap();
+    let w = r.wait.unwrap();
+    assert!(!w.timed_out && !w.stalled, "{w:?} {:?}", r.errors);
+    assert_eq!((w.pages, w.resident, w.ranges_read), (2, 2, 1));
+    assert!(b.calls().contains(&Call::Read {
+        target: "dev:7:0".into(),
+        offset: 8 * K,
+        len: 8 * K
+    }));
+}
+
+#[test]
+fn wait_gives_up_on_pages_that_make_no_progress_and_names_them() {
+    let b = MockBackend::new()
+        .with_file("/a", id(1))
+        .with_stuck_pages("/a", 2..3);
+    let p = plan(&[("/a", id(1))], &[], vec![data(0, 0, 16 * K)]);
+    let o = Options {
+        wait: Some(Duration::from_secs(600)),
+        wait_poll: Duration::from_millis(1),
+        wait_stall: Duration::from_millis(20),
+        ..opts(1)
+    };
+    let r = replay(&p, &o, &b).unwrap();
+    let w = r.wait.unwrap();
+    assert!(w.stalled && !w.timed_out, "{w:?}");
+    // A file's pages are never read by the wait: read-ahead marks them.
+    assert_eq!((w.pages, w.resident, w.ranges_read), (4, 3, 0));
+    assert!(
+        r.errors
+            .iter()
+            .any(|e| e.contains("1 pages of /a") && e.contains("without progress")),
+        "{:?}",
+        r.errors
+    );
+}

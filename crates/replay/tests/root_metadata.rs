@@ -402,3 +402,58 @@ fn root_xfs_and_btrfs_metadata_is_left_to_the_lookups() {
         );
     }
 }
+
+/// A directory block the filesystem itself created (as a launch that
+/// writes a log file or an output directory does): ext4 makes it through
+/// buffer heads, so the device's page is cached but never marked up to
+/// date, `WILLNEED` skips it and `mincore` calls it absent for as long as
+/// ext4 holds it. The residency wait must still end, with the page
+/// resident, without running to its timeout.
+#[test]
+fn root_ext4_wait_ends_for_a_directory_block_the_filesystem_created() {
+    let fx = fixture!(
+        "ext4",
+        root_ext4_wait_ends_for_a_directory_block_the_filesystem_created
+    );
+    let dir = fx.mnt.join("logs");
+    fs::create_dir(&dir).unwrap();
+    fs::write(dir.join("run.log"), b"x").unwrap();
+    run("sync", &[]).unwrap();
+    let extents = warmstart_sys::fiemap::extents(&File::open(&dir).unwrap()).unwrap();
+    let block = extents.first().expect("the directory has a block").physical;
+
+    let dev = File::open(fx.dev()).unwrap();
+    let size = dev.metadata().unwrap().len().max(512 << 20);
+    let cached = warmstart_sys::residency::cached_in(&dev, size, block, PAGE).unwrap();
+    let up_to_date = warmstart_sys::residency::resident_in(&dev, size, block, PAGE).unwrap();
+    match cached {
+        Some(c) if c.resident == 1 && up_to_date.resident == 0 => {}
+        _ => {
+            warmstart_testing::skip(
+                "root_ext4_wait_ends_for_a_directory_block_the_filesystem_created",
+                &format!(
+                    "this kernel left the new directory block's page \
+                     {cached:?} cached, {up_to_date:?} up to date: not the case under test"
+                ),
+            );
+            return;
+        }
+    }
+
+    let entries = vec![Entry::Meta {
+        device: fx.rdev(),
+        offset: block,
+        len: PAGE,
+    }];
+    let o = Options {
+        wait: Some(Duration::from_secs(10)),
+        wait_stall: Duration::from_secs(5),
+        ..options()
+    };
+    let r = replay(&plan(entries), &o, &RealBackend::new()).unwrap();
+    let w = r.wait.expect("waited");
+    assert!(!w.timed_out && !w.stalled, "{w:?} {:?}", r.errors);
+    assert_eq!((w.pages, w.resident, w.ranges_read), (1, 1, 1), "{w:?}");
+    let now = warmstart_sys::residency::resident_in(&dev, size, block, PAGE).unwrap();
+    assert_eq!(now.resident, 1, "mincore: the block's page is up to date");
+}

@@ -385,7 +385,8 @@ pub struct CompileArgs {
 pub struct ReplayArgs {
     /// The plan to replay (from `compile`, or a profile's `plan`).
     pub plan: PathBuf,
-    /// Wait until the data is resident (the papers' prefetch-only time), at most 30 s.
+    /// Wait until the data is resident (the papers' prefetch-only time), at most 30 s;
+    /// gives up sooner on pages that stay absent for 5 s without progress.
     #[arg(long)]
     pub wait: bool,
     /// Worker threads issuing requests, 1 to 64 [default: 8].

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use warmstart_replay::{Engine, RealBackend};
 
 use super::{replay_options, RealExecutor};
@@ -44,11 +44,27 @@ impl RealExecutor {
         })
     }
 
-    /// Replays `plan` until resident; returns the bytes issued.
+    /// Replays `plan` until resident; returns the bytes issued. A wait that
+    /// ended before everything was resident fails the scenario, naming what
+    /// was left: its time would be the timeout's, not the prefetch's, and a
+    /// launch after it would start with the timeout already spent.
     pub(super) fn prefetch_and_wait(&self, s: Scenario) -> Result<u64> {
         let mut o = replay_options(s);
         o.wait = Some(self.target.timeout);
         let r = warmstart_replay::replay(&self.plans[&s], &o, &RealBackend::new())?;
+        if let Some(w) = r.wait.filter(|w| w.timed_out || w.stalled) {
+            bail!(
+                "{s}: the prefetch's reads did not all become resident ({} of {} pages; {}): {}",
+                w.resident,
+                w.pages,
+                if w.timed_out {
+                    "timed out"
+                } else {
+                    "no progress"
+                },
+                r.errors.join("; ")
+            );
+        }
         Ok(r.bytes_issued())
     }
 

@@ -61,7 +61,8 @@ struct ev_proc {
 
 /*
  * A resolved path as a chain of names from the file up to the root of the
- * mount namespace, WS_NAME_LEN bytes per name, the basename first (kept flat
+ * task that used it (its chroot's, else the mount namespace's), as d_path
+ * names it, WS_NAME_LEN bytes per name, the basename first (kept flat
  * so the generated Rust type stays simple). depth == WS_PATH_MAX_DEPTH and
  * `truncated` mean the walk stopped early.
  */

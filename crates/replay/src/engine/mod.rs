@@ -77,6 +77,10 @@ pub struct Options {
     pub wait: Option<Duration>,
     /// Pause between residency checks while waiting.
     pub wait_poll: Duration,
+    /// While waiting, give up on a file or device whose pending pages
+    /// made no progress for this long (they will not become resident),
+    /// rather than hold the caller until [`Options::wait`] ends.
+    pub wait_stall: Duration,
     /// Metadata ranges of one device are read as one where the hole
     /// between them is at most this many bytes. Default: the compiler's
     /// merge gap (64 KiB), the same trade of a little wasted I/O for fewer
@@ -105,6 +109,11 @@ impl Options {
     pub const DEFAULT_MAX_REQUEST: u64 = 512 * 1024;
     /// A reasonable bound for [`Options::wait`].
     pub const DEFAULT_WAIT_TIMEOUT: Duration = Duration::from_secs(30);
+    /// Default [`Options::wait_stall`]: far longer than a page read takes
+    /// even on the slowest storage profile (an SD card's few milliseconds
+    /// per request, a read queued behind the rest of the plan), far
+    /// shorter than [`Options::DEFAULT_WAIT_TIMEOUT`].
+    pub const DEFAULT_WAIT_STALL: Duration = Duration::from_secs(5);
     /// Smallest memory floor the default picks.
     pub const MIN_MEMORY_FLOOR: u64 = 256 << 20;
 
@@ -138,6 +147,7 @@ impl Default for Options {
             memory_check_interval: Duration::from_millis(10),
             wait: None,
             wait_poll: Duration::from_millis(2),
+            wait_stall: Options::DEFAULT_WAIT_STALL,
             meta_gap: warmstart_plan::compile::DEFAULT_MERGE_GAP,
             log_requests: false,
         }

@@ -17,7 +17,8 @@ use crate::ReplayError;
 
 impl<B: Backend> Engine<'_, B> {
     /// The wait phase: poll residency of everything issued, in plan order,
-    /// until all of it is cached or the deadline passes.
+    /// until all of it is cached, the deadline passes, or what is left makes
+    /// no progress.
     pub(super) fn wait(&self, plan: &Plan, state: &State<'_, B>, deadline: Instant) -> WaitReport {
         let mut report = WaitReport::default();
         for (i, slot) in state.files.iter().enumerate() {
@@ -30,15 +31,17 @@ impl<B: Backend> Engine<'_, B> {
             let pf = &plan.files[i];
             match self.backend.open_file(Path::new(&pf.path)) {
                 Ok((h, id)) if id == pf.id => {
-                    self.wait_ranges(state, &h, &ranges, deadline, &mut report)
+                    let what = Waited::File(&pf.path);
+                    self.wait_ranges(state, what, &h, &ranges, deadline, &mut report)
                 }
                 _ => report.files_unchecked += 1,
             }
         }
-        for slot in state.devices.values() {
+        for (&device, slot) in &state.devices {
             let ranges = std::mem::take(&mut *lock(&slot.issued));
             if let DevState::Open(h) = &*lock(&slot.state) {
-                self.wait_ranges(state, h, &ranges, deadline, &mut report);
+                let what = Waited::Device(device);
+                self.wait_ranges(state, what, h, &ranges, deadline, &mut report);
             }
         }
         report
@@ -47,6 +50,7 @@ impl<B: Backend> Engine<'_, B> {
     fn wait_ranges(
         &self,
         state: &State<'_, B>,
+        what: Waited<'_>,
         h: &B::Handle,
         ranges: &[(u64, u64)],
         deadline: Instant,
@@ -58,15 +62,35 @@ impl<B: Backend> Engine<'_, B> {
         // Once the deadline passed or the replay was cancelled, one more
         // pass counts what is resident without waiting.
         let mut last_pass = report.timed_out || self.cancel.load(Ordering::Relaxed);
+        // A device's ranges still absent after the first poll are read
+        // once (see `Backend::read_through`); a file's never are: its
+        // pages are marked up to date by the read-ahead itself.
+        let mut read = !matches!(what, Waited::Device(_));
+        // Pages of ranges that completed, and the most resident pages
+        // (those plus the pending ranges') seen at a poll, and when.
+        let mut done = 0u64;
+        let (mut best, mut progress_at) = (0u64, Instant::now());
+        // Why this file's wait ended early, for the note naming what was
+        // left (once: later files just count what is resident then).
+        let mut ended: Option<String> = None;
         loop {
             let mut still = Vec::new();
+            let (mut now_resident, mut missing) = (0u64, None);
             for &(offset, len) in &pending {
                 match self.backend.residency(h, offset, len) {
                     Ok(r) if r.complete() || last_pass => {
                         report.pages += r.pages;
                         report.resident += r.resident.min(r.pages);
+                        done += r.resident.min(r.pages);
+                        if !r.complete() {
+                            let (n, _) = missing.get_or_insert((0, offset));
+                            *n += r.pages - r.resident.min(r.pages);
+                        }
                     }
-                    Ok(_) => still.push((offset, len)),
+                    Ok(r) => {
+                        now_resident += r.resident;
+                        still.push((offset, len));
+                    }
                     Err(e) => {
                         report.errors += 1;
                         let denied = matches!(&e, ReplayError::Residency { source, .. }
@@ -86,19 +110,66 @@ impl<B: Backend> Engine<'_, B> {
                     }
                 }
             }
+            if let (Some((n, first)), Some(why)) = (missing, &ended) {
+                state.note(format!(
+                    "residency wait: {n} pages of {what} (the first absent range at byte \
+                     {first}) {why}"
+                ));
+            }
             if still.is_empty() {
                 return;
             }
             pending = still;
+            if !read {
+                read = true;
+                for &(offset, len) in &pending {
+                    report.ranges_read += 1;
+                    if let Err(e) = self.backend.read_through(h, offset, len) {
+                        report.errors += 1;
+                        if !std::mem::replace(&mut noted, true) {
+                            state.note(e.to_string());
+                        }
+                    }
+                }
+                // Poll again at once: the reads have returned.
+                continue;
+            }
             let now = Instant::now();
+            if done + now_resident > best {
+                (best, progress_at) = (done + now_resident, now);
+            }
             if self.cancel.load(Ordering::Relaxed) {
                 last_pass = true;
             } else if now >= deadline {
                 report.timed_out = true;
                 last_pass = true;
+                ended = Some("were still absent when the wait timed out".into());
+            } else if now.duration_since(progress_at) >= self.opts.wait_stall {
+                report.stalled = true;
+                last_pass = true;
+                ended = Some(format!(
+                    "stayed absent for {:?} without progress; the wait gave up on them",
+                    self.opts.wait_stall
+                ));
             } else {
                 thread::sleep(self.opts.wait_poll.min(deadline - now));
             }
+        }
+    }
+}
+
+/// What a residency wait is for, as its notes name it.
+#[derive(Clone, Copy)]
+enum Waited<'a> {
+    File(&'a str),
+    Device(u64),
+}
+
+impl std::fmt::Display for Waited<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Waited::File(p) => f.write_str(p),
+            Waited::Device(d) => write!(f, "block device {}", crate::error::dev_name(*d)),
         }
     }
 }

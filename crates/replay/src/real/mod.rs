@@ -225,6 +225,10 @@ impl Backend for RealBackend {
     fn residency(&self, h: &RealHandle, offset: u64, len: u64) -> Result<Residency, ReplayError> {
         self.pages_in_cache(h, offset, len, false)
     }
+
+    fn read_through(&self, h: &RealHandle, offset: u64, len: u64) -> Result<(), ReplayError> {
+        self.read_range(h, offset, len)
+    }
     fn thread_cpus(&self) -> Result<Vec<usize>, ReplayError> {
         sched::thread_cpus().map_err(|e| affinity_error("(reading the current ones)".into(), e))
     }

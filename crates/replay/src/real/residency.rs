@@ -2,6 +2,8 @@
 //! [`warmstart_sys::residency`]: `cachestat(2)` where it answers and may be
 //! trusted, `mincore(2)` otherwise.
 
+use std::os::unix::fs::FileExt;
+
 use warmstart_sys::residency::{cached_in, resident_in};
 
 use super::{RealBackend, RealHandle};
@@ -62,5 +64,40 @@ impl RealBackend {
             resident: c.resident,
             pages: c.pages,
         })
+    }
+
+    /// Reads the range (clipped to the handle's size) through the page
+    /// cache into a scratch buffer, which makes its pages up to date: the
+    /// kernel reads what is missing and marks a page whose buffers the
+    /// filesystem already filled without reading it again. See
+    /// [`crate::Backend::read_through`].
+    pub(super) fn read_range(
+        &self,
+        h: &RealHandle,
+        offset: u64,
+        len: u64,
+    ) -> Result<(), ReplayError> {
+        const CHUNK: u64 = 256 * 1024;
+        let end = offset.saturating_add(len).min(h.size);
+        let mut buf = vec![0u8; CHUNK.min(end.saturating_sub(offset)) as usize];
+        let mut at = offset;
+        while at < end {
+            let want = (end - at).min(CHUNK) as usize;
+            match h.file.read_at(&mut buf[..want], at) {
+                // The device (or file) ended early: nothing more to read.
+                Ok(0) => break,
+                Ok(n) => at += n as u64,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(source) => {
+                    return Err(ReplayError::Read {
+                        path: h.name.clone(),
+                        offset: at,
+                        len: end - at,
+                        source,
+                    })
+                }
+            }
+        }
+        Ok(())
     }
 }

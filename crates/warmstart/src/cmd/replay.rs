@@ -63,7 +63,13 @@ pub fn run(args: ReplayArgs, quiet: bool) -> Result<i32> {
                     ", {} of {} pages resident{}{}",
                     w.resident,
                     w.pages,
-                    if w.timed_out { " (timed out)" } else { "" },
+                    if w.timed_out {
+                        " (timed out)"
+                    } else if w.stalled {
+                        " (gave up: no progress)"
+                    } else {
+                        ""
+                    },
                     match w.files_unchecked {
                         0 => String::new(),
                         n => format!(", {n} files not checked (changed or gone since)"),
