@@ -10,7 +10,7 @@
 //! are tested against a fake, and [`RealPreloadOs`] is a thin layer over
 //! `/proc` and the replay engine.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -39,6 +39,12 @@ pub struct PreloadConfig {
     /// boot empties the cache (within the predictor's `horizon`
     /// launches): a preload more likely wasted than used is not read.
     pub min_chance: f64,
+    /// A program evicted since it was last cached whole (a launch or a
+    /// preload read it in this boot) is read again when at least this
+    /// likely to start before the next boot: it was in use, and the
+    /// memory that held it is free again (what SuperFetch restores after
+    /// memory pressure).
+    pub restore_min_chance: f64,
     /// What preloads may hold, as a fraction of MemAvailable.
     pub budget_fraction: f64,
     /// A preload never brings MemAvailable below this many MiB; unset: the
@@ -74,6 +80,7 @@ impl Default for PreloadConfig {
             top: 3,
             min_score: 0.05,
             min_chance: 0.5,
+            restore_min_chance: 0.25,
             budget_fraction: 0.25,
             memory_floor_mib: None,
             memory_pressure_max: 1.0,
@@ -92,11 +99,12 @@ impl PreloadConfig {
         let fraction = |x: f64| (0.0..=1.0).contains(&x);
         if !fraction(self.budget_fraction)
             || !fraction(self.min_chance)
+            || !fraction(self.restore_min_chance)
             || !fraction(self.resident_enough)
             || !fraction(self.used_min_resident)
         {
             return Err(
-                "preload: budget_fraction, min_chance, resident_enough and used_min_resident must be in 0..=1"
+                "preload: budget_fraction, min_chance, restore_min_chance, resident_enough and used_min_resident must be in 0..=1"
                     .into(),
             );
         }
@@ -163,7 +171,7 @@ pub trait PreloadOs {
 #[serde(tag = "action", rename_all = "snake_case")]
 pub enum Action {
     /// A preload started, to read about `bytes`; `again` when the profile
-    /// was preloaded before and its pages were evicted since.
+    /// was cached whole before (launched or preloaded) and evicted since.
     Started {
         profile: String,
         bytes: u64,
@@ -224,7 +232,8 @@ pub struct Prediction {
 pub struct PreloadStats {
     pub state: State,
     pub preloads: u64,
-    /// Of those, reads of profiles preloaded before and evicted since.
+    /// Of those, reads of profiles cached whole before (launched or
+    /// preloaded) and evicted since.
     pub rereads: u64,
     pub bytes_preloaded: u64,
     pub bytes_used: u64,
@@ -275,7 +284,14 @@ pub struct Preloader {
     /// A preload ran at the last tick: the disk's pressure since is
     /// mostly its own, so the next one follows without asking.
     chained: bool,
+    /// Profiles seen cached whole since the daemon started (launched, or
+    /// measured resident): one found evicted since is a restore.
+    was_resident: BTreeSet<String>,
 }
+
+/// Profiles remembered as once resident, at most; the set starts over
+/// beyond it.
+const MAX_WAS_RESIDENT: usize = 4096;
 
 impl Preloader {
     pub fn new(cfg: PreloadConfig) -> Self {
@@ -285,6 +301,7 @@ impl Preloader {
             stats: PreloadStats::default(),
             finished_bytes: 0,
             chained: false,
+            was_resident: BTreeSet::new(),
         }
     }
 
@@ -391,6 +408,9 @@ impl Preloader {
             .map(|c| {
                 let r = os.residency(&c.profile);
                 if let Some(r) = r {
+                    if r.fraction() >= self.cfg.resident_enough {
+                        self.remember_resident(&c.profile);
+                    }
                     measured.push((c.clone(), r));
                 }
                 Prediction {
@@ -457,13 +477,19 @@ impl Preloader {
             if c.score < self.cfg.min_score {
                 break; // ranked: the rest score lower still
             }
-            if c.soon.is_some_and(|p| p < self.cfg.min_chance) {
-                continue;
-            }
-            let profile = c.profile;
             if r.fraction() >= self.cfg.resident_enough {
                 continue;
             }
+            let restore = self.was_resident.contains(&c.profile);
+            let bar = if restore {
+                self.cfg.restore_min_chance
+            } else {
+                self.cfg.min_chance
+            };
+            if c.soon.is_some_and(|p| p < bar) {
+                continue;
+            }
+            let profile = c.profile;
             let need = r.missing();
             // What an earlier preload of it still holds is freed for this
             // one to count: it is the same pages being read back.
@@ -474,7 +500,7 @@ impl Preloader {
             }
             match os.start_preload(&profile) {
                 Ok(()) => {
-                    let again = self.held.contains_key(&profile);
+                    let again = restore || self.held.contains_key(&profile);
                     let h = self.held.entry(profile.clone()).or_insert(Held {
                         started_ms: now_ms,
                         read_bytes: 0,
@@ -532,6 +558,8 @@ impl Preloader {
     /// as used are the preloaded bytes times the resident fraction (the
     /// part evicted before the launch was read for nothing).
     pub fn on_launch(&mut self, profile: &str, resident_fraction: f64) -> Option<Outcome> {
+        // Its launch reads it whole, whatever was resident before.
+        self.remember_resident(profile);
         let h = self.held.remove(profile)?;
         let f = resident_fraction.clamp(0.0, 1.0);
         let used = f >= self.cfg.used_min_resident;
@@ -553,6 +581,14 @@ impl Preloader {
     /// The profile was forgotten: its preload is no one's to judge.
     pub fn forget(&mut self, profile: &str) {
         self.held.remove(profile);
+        self.was_resident.remove(profile);
+    }
+
+    fn remember_resident(&mut self, profile: &str) {
+        if self.was_resident.len() >= MAX_WAS_RESIDENT {
+            self.was_resident.clear();
+        }
+        self.was_resident.insert(profile.to_string());
     }
 }
 

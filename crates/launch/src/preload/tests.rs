@@ -165,6 +165,37 @@ fn a_launch_unlikely_before_the_next_boot_is_not_preloaded() {
 }
 
 #[test]
+fn a_program_evicted_after_its_launch_is_restored_on_a_lower_bar() {
+    let mut os = Fake::new();
+    let mut p = Preloader::new(cfg());
+    let mut r = ranking(&[("a", 0.5), ("b", 0.3)]);
+    // Both are less likely than not to start again before the next boot.
+    r[0].soon = Some(0.4);
+    r[1].soon = Some(0.4);
+    assert!(started(&p.tick(0, &r, &mut os)).is_empty());
+    // a is launched (its plan read whole), then the cache is emptied.
+    os.plan("a", 100 * MIB, 100 * MIB);
+    assert_eq!(p.on_launch("a", 1.0), None, "a was not preloaded");
+    os.evict("a");
+    let acts = p.tick(1000, &r, &mut os);
+    assert_eq!(
+        acts,
+        vec![Action::Started {
+            profile: "a".into(),
+            bytes: 100 * MIB,
+            again: true
+        }],
+        "a is restored, b (never cached) is not read"
+    );
+    assert_eq!(p.stats().rereads, 1);
+    os.complete();
+    // Below even the restore bar, an evicted program stays evicted.
+    os.evict("a");
+    r[0].soon = Some(0.2);
+    assert!(started(&p.tick(2000, &r, &mut os)).is_empty());
+}
+
+#[test]
 fn a_smaller_plan_further_down_still_fits() {
     let mut os = Fake::new();
     os.plan("a", 0, 300 * MIB);
