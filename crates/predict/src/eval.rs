@@ -231,13 +231,14 @@ mod tests {
         (precision / n, covered / n)
     }
 
-    /// Why preloads are chosen by the chance of a launch before the next
-    /// boot and not by rank alone: preloading the top three as they rank
-    /// is used about half the time (0.52 on these logs); asking for an
-    /// even chance is used more often (0.61) and still serves about half
-    /// of the launches (0.53, against 0.89). What the daemon preloads is
-    /// what its startup plan left out, the less likely programs, where
-    /// the difference is larger.
+    /// The chance of a launch before the next boot tells preloads that
+    /// will be used from those that will not, which rank alone does not:
+    /// preloading the top three as they rank is used about half the time
+    /// (0.52 on these logs); those with an even chance are used more
+    /// often (0.61) and still serve about half of the launches (0.53,
+    /// against 0.89). What the daemon preloads is what its startup plan
+    /// left out, the less likely programs, where the difference is
+    /// larger (see `[preload] min_chance`).
     #[test]
     fn the_chance_before_the_next_boot_makes_preloads_precise() {
         let (rank_p, rank_c) = preload_score(|c| c.score >= 0.05);

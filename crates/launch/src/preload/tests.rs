@@ -146,9 +146,9 @@ fn a_launch_unlikely_before_the_next_boot_is_not_preloaded() {
     let mut r = ranking(&[("a", 0.5), ("b", 0.3), ("c", 0.2)]);
     // a is the likeliest next launch but the boot is probably over
     // before it comes; b is less likely next but likely soon.
-    r[0].soon = Some(0.4);
+    r[0].soon = Some(0.2);
     r[1].soon = Some(0.7);
-    r[2].soon = Some(0.5);
+    r[2].soon = Some(0.3);
     let mut order = Vec::new();
     for t in 0..5 {
         order.extend(
@@ -161,7 +161,7 @@ fn a_launch_unlikely_before_the_next_boot_is_not_preloaded() {
         }
     }
     assert_eq!(order, vec!["b", "c"]);
-    assert_eq!(p.stats().predictions[0].soon, Some(0.4));
+    assert_eq!(p.stats().predictions[0].soon, Some(0.2));
 }
 
 #[test]
@@ -169,9 +169,9 @@ fn a_program_evicted_after_its_launch_is_restored_on_a_lower_bar() {
     let mut os = Fake::new();
     let mut p = Preloader::new(cfg());
     let mut r = ranking(&[("a", 0.5), ("b", 0.3)]);
-    // Both are less likely than not to start again before the next boot.
-    r[0].soon = Some(0.4);
-    r[1].soon = Some(0.4);
+    // Both are under the bar of a first preload (0.3).
+    r[0].soon = Some(0.2);
+    r[1].soon = Some(0.2);
     assert!(started(&p.tick(0, &r, &mut os)).is_empty());
     // a is launched (its plan read whole), then the cache is emptied.
     os.plan("a", 100 * MIB, 100 * MIB);
@@ -191,7 +191,7 @@ fn a_program_evicted_after_its_launch_is_restored_on_a_lower_bar() {
     os.complete();
     // Below even the restore bar, an evicted program stays evicted.
     os.evict("a");
-    r[0].soon = Some(0.2);
+    r[0].soon = Some(0.1);
     assert!(started(&p.tick(2000, &r, &mut os)).is_empty());
 }
 
