@@ -39,7 +39,7 @@ pub struct PreloadConfig {
     /// boot empties the cache (within the predictor's `horizon`
     /// launches). The chance is conservative: on the usage bench, 0.5
     /// gave a precision of 79-83% and 84-92% of the gap, 0.3 gave 61%
-    /// and 94%.
+    /// and 94-96%.
     pub min_chance: f64,
     /// A program evicted since it was last cached whole (a launch or a
     /// preload read it in this boot) is read again when at least this
