@@ -163,23 +163,29 @@ mod tests {
         }
     }
 
-    /// Mean evaluation of a model over several generated logs with more
-    /// boots than the default (so there is a long measured part).
-    fn score(model: ModelKind) -> (f64, f64) {
-        let seeds = 1..=20u64;
-        let (mut h2, mut first) = (0.0, 0.0);
-        for seed in seeds.clone() {
+    /// Histories of 20 generated logs with more boots than the default
+    /// (so there is a long measured part).
+    fn generated_histories() -> impl Iterator<Item = Vec<Event>> {
+        (1..=20u64).map(|seed| {
             let spec = UsageSpec {
                 boots: 30,
                 seed,
                 ..UsageSpec::default()
             };
-            let events = to_history_events(&generate(&spec), 0);
+            to_history_events(&generate(&spec), 0)
+        })
+    }
+
+    /// Mean evaluation of a model over several generated logs with more
+    /// boots than the default (so there is a long measured part).
+    fn score(model: ModelKind) -> (f64, f64) {
+        let (mut h2, mut first, mut n) = (0.0, 0.0, 0.0);
+        for events in generated_histories() {
             let e = evaluate(&config(model), &events, events.len() / 3);
             h2 += e.hit_at_2;
             first += e.first_after_startup_hit_at_2;
+            n += 1.0;
         }
-        let n = seeds.count() as f64;
         (h2 / n, first / n)
     }
 
@@ -213,21 +219,14 @@ mod tests {
 
     /// Mean preload evaluation of a rule over generated logs.
     fn preload_score(pick: impl Fn(&crate::Candidate) -> bool + Copy) -> (f64, f64) {
-        let seeds = 1..=20u64;
-        let (mut precision, mut covered) = (0.0, 0.0);
-        for seed in seeds.clone() {
-            let spec = UsageSpec {
-                boots: 30,
-                seed,
-                ..UsageSpec::default()
-            };
-            let events = to_history_events(&generate(&spec), 0);
+        let (mut precision, mut covered, mut n) = (0.0, 0.0, 0.0);
+        for events in generated_histories() {
             let config = PredictorConfig::default();
             let e = evaluate_preloads(&config, &events, events.len() / 3, 3, pick);
             precision += e.precision;
             covered += e.covered;
+            n += 1.0;
         }
-        let n = seeds.count() as f64;
         (precision / n, covered / n)
     }
 
