@@ -174,19 +174,7 @@ fn a_login_opens_a_window_and_launches_ending_in_it_stay_tracked_until_it_closes
     // A launch from before the login.
     let before = h.launch(Path::new(SLEEP), &["sleep", "600"], &data, 16, false);
     assert!(!h.lp.foresight.recording());
-    // A process of a new login session (the fake `/proc` says so; there
-    // is no logind in the fake `/run`, so every audit session counts).
-    let login = h.process();
-    let pdir = h.dir.path().join("proc").join(login.to_string());
-    std::fs::create_dir_all(&pdir).unwrap();
-    std::fs::write(pdir.join("sessionid"), "7").unwrap();
-    h.step(vec![Event::Exec {
-        uid: me_uid(),
-        tgid: login,
-        ts_ns: monotonic_ns(),
-        file: file_info(Path::new("/usr/bin/true")),
-        argv: Some(vec!["true".into(), "login".into()]),
-    }]);
+    log_in(&mut h, 7);
     assert!(h.lp.foresight.recording(), "a login's window");
     assert_eq!(
         h.lp.status.foresight.startup_window.as_deref(),
