@@ -97,6 +97,8 @@ pub struct MockBackend {
     /// Pages, per target, that a prefetch leaves absent and only a read
     /// makes resident (see [`MockBackend::with_stuck_pages`]).
     stuck: Mutex<HashMap<String, HashSet<u64>>>,
+    /// Targets whose `read_through` fails (see [`MockBackend::with_failing_reads`]).
+    failing_reads: Mutex<HashSet<String>>,
     /// What `thread_cpus` answers: two CPUs unless set.
     cpus: Mutex<Vec<usize>>,
     refuse_moves: bool,
@@ -137,6 +139,7 @@ impl MockBackend {
             live: Arc::new(AtomicUsize::new(0)),
             prefetched: Mutex::new(HashMap::new()),
             stuck: Mutex::new(HashMap::new()),
+            failing_reads: Mutex::new(HashSet::new()),
             cpus: Mutex::new(vec![0, 1]),
             refuse_moves: false,
             refused: Mutex::new(HashSet::new()),
@@ -236,6 +239,13 @@ impl MockBackend {
             .entry(target.to_string())
             .or_default()
             .extend(pages);
+        self
+    }
+
+    /// Every `read_through` of `target` fails with EIO and changes
+    /// nothing: its stuck pages stay absent.
+    pub fn with_failing_reads(self, target: &str) -> Self {
+        lock(&self.failing_reads).insert(target.to_string());
         self
     }
 
@@ -434,6 +444,14 @@ impl Backend for MockBackend {
             offset,
             len,
         });
+        if lock(&self.failing_reads).contains(&h.target) {
+            return Err(ReplayError::Read {
+                path: h.target.clone().into(),
+                offset,
+                len,
+                source: std::io::Error::from_raw_os_error(libc::EIO),
+            });
+        }
         let (first, last) = (offset / PAGE_SIZE, (offset + len).div_ceil(PAGE_SIZE));
         if let Some(stuck) = lock(&self.stuck).get_mut(&h.target) {
             stuck.retain(|&p| !(first..last).contains(&p));
