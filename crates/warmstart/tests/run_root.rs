@@ -122,6 +122,11 @@ fn root_run_learns_prefetches_and_relearns() {
     assert_eq!(r["phase_before"], "prefetching");
     assert_eq!(r["phase_after"], "prefetching", "{r}");
     assert!(r["compiled"].is_null(), "compiled again only once: {r}");
+    // What the wrapper cost its caller after the program exited: the
+    // replay is cancelled at the exit, so no more than a few requests and
+    // a profile save (milliseconds here), far from the replay's length.
+    let after = r["after_exit_ms"].as_f64().unwrap();
+    assert!((0.0..2000.0).contains(&after), "{r}");
     let touched: u64 = touches(&out.stdout).iter().map(|t| t.2).sum();
     let self_read = r["audit_pages_from_storage"].as_u64().unwrap();
     assert!(

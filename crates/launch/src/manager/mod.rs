@@ -149,6 +149,14 @@ pub struct LaunchReport {
     pub breakdown_problem: Option<String>,
     pub exit_code: i32,
     pub wall_ms: f64,
+    /// How long the wrapper kept the command's caller waiting after the
+    /// program exited: stopping the replay (a thread inside a metadata
+    /// read finishes it first), judging the launch and saving the profile.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub after_exit_ms: Option<f64>,
+    /// When the program exited, for `after_exit_ms`.
+    #[serde(skip)]
+    pub(crate) exited_at: Option<Instant>,
 }
 
 impl LaunchReport {
@@ -173,6 +181,8 @@ impl LaunchReport {
             breakdown_problem: None,
             exit_code: 0,
             wall_ms: 0.0,
+            after_exit_ms: None,
+            exited_at: None,
         }
     }
 }
@@ -340,5 +350,6 @@ pub fn run(
     if let Err(e) = store.save(&mut prof) {
         eprintln!("warmstart: could not save the profile: {e}");
     }
+    report.after_exit_ms = report.exited_at.map(|t| t.elapsed().as_secs_f64() * 1e3);
     Ok((exit, report))
 }

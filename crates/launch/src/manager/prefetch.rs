@@ -166,6 +166,7 @@ pub(super) fn prefetch(
             (exit, None)
         };
         report.held_ms = held_ms;
+        report.exited_at = Some(Instant::now());
         // Whatever the replay has not issued by now nobody needs.
         cancel.store(true, Ordering::Relaxed);
         if let Some(h) = running {

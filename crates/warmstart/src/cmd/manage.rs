@@ -72,6 +72,12 @@ pub fn run(args: RunArgs, quiet: bool) -> Result<i32> {
                 .map(|c| format!(", {c}"))
                 .unwrap_or_default(),
         );
+        if let (Some(held), Some(after)) = (report.held_ms, report.after_exit_ms) {
+            eprintln!(
+                "warmstart: held the program {held:.1} ms for the replay's head start; \
+                 {after:.1} ms after it exited"
+            );
+        }
     }
     if args.breakdown && !quiet && (args.verbose || args.report.is_none()) {
         match (&report.breakdown, &report.breakdown_problem) {
