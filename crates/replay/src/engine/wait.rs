@@ -65,11 +65,11 @@ impl<B: Backend> Engine<'_, B> {
         // A device's ranges still absent after the first poll are read
         // once (see `Backend::read_through`). A file's pages are marked up
         // to date by the read-ahead itself, so its ranges are read only if
-        // they stall: a read-ahead that did not complete leaves its pages
-        // in the cache but not up to date, where `WILLNEED` passes them by
-        // and `mincore` never counts them (the `sd` model's ext4 image left
-        // 113 of clang's 24,631 pages so, at random, without an I/O error
-        // at the block layer); a read reads them again. Reading is safe
+        // they stall: on the `sd` model's ext4 image, read-ahead left 113 of
+        // clang's 24,631 pages absent, at random and without an I/O error at
+        // the block layer, and polling never saw them arrive (a read-ahead
+        // that does not complete leaves its pages cached but not up to
+        // date, where `WILLNEED` passes them by); a read reads them. Reading is safe
         // early, after a fifth of `wait_stall`: a page still being read is
         // waited for, not read twice.
         let mut read = !matches!(what, Waited::Device(_));
