@@ -127,6 +127,12 @@ fn root_run_learns_prefetches_and_relearns() {
     // a profile save (milliseconds here), far from the replay's length.
     let after = r["after_exit_ms"].as_f64().unwrap();
     assert!((0.0..2000.0).contains(&after), "{r}");
+    // The replay started before the program, so within the launch.
+    let before = r["before_replay_ms"].as_f64().unwrap();
+    assert!(
+        before >= 0.0 && before < r["wall_ms"].as_f64().unwrap(),
+        "{r}"
+    );
     let touched: u64 = touches(&out.stdout).iter().map(|t| t.2).sum();
     let self_read = r["audit_pages_from_storage"].as_u64().unwrap();
     assert!(

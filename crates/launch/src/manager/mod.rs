@@ -32,7 +32,7 @@ pub(crate) use prefetch::plain_launch;
 use learning::learn;
 use naming::{canonical, name_for};
 use prefetch::{prefetch, Launch};
-use warm::{quick_warm, save_warm_check, warm_windows, windows_cached};
+use warm::{program_cached, quick_warm, save_warm_check, warm_windows, windows_cached};
 
 /// How to prefetch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -157,6 +157,14 @@ pub struct LaunchReport {
     /// When the program exited, for `after_exit_ms`.
     #[serde(skip)]
     pub(crate) exited_at: Option<Instant>,
+    /// How long after the wrapper began deciding the launch (reading the
+    /// profile, the warm check, loading the plan, the device verdict) the
+    /// replay was started: the wrapper's own cost before any prefetching.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub before_replay_ms: Option<f64>,
+    /// When the wrapper began, for `before_replay_ms`.
+    #[serde(skip)]
+    pub(crate) started_at: Option<Instant>,
 }
 
 impl LaunchReport {
@@ -183,6 +191,8 @@ impl LaunchReport {
             wall_ms: 0.0,
             after_exit_ms: None,
             exited_at: None,
+            before_replay_ms: None,
+            started_at: None,
         }
     }
 }
@@ -273,6 +283,7 @@ pub fn run(
         Err(e) => return unmanaged(&e),
     };
     let mut report = LaunchReport::new(&name, prof.phase);
+    report.started_at = Some(start);
     prof.launches += 1;
 
     let in_place = |store: &Store| {
@@ -304,19 +315,26 @@ pub fn run(
         // it. An audited launch is replayed all the same.
         Phase::Prefetching => {
             let checks = !(cfg.audit || cfg.breakdown || prof.audit_next);
+            // The program's own first page absent: a cold launch, known
+            // without the warm check's opens (directory walks read from
+            // storage on a cold cache, before the replay starts).
+            let cold = checks && program.as_deref().is_some_and(|p| !program_cached(p));
             // Without decoding the plan, from warm-check.json.
-            let quick = checks.then(|| quick_warm(&store, &name)).flatten();
+            let quick = (checks && !cold)
+                .then(|| quick_warm(&store, &name))
+                .flatten();
             if quick == Some(true) && cfg.exec_in_place {
                 return Err(in_place(&store));
             }
             match load_plan(&store, &name) {
                 Ok(plan) => {
-                    if checks && quick.is_none() {
+                    if checks && !cold && quick.is_none() {
                         // Missing or unreadable (a plan older than it).
                         save_warm_check(&store, &name, &plan);
                     }
-                    let warm =
-                        checks && quick.unwrap_or_else(|| windows_cached(&warm_windows(&plan)));
+                    let warm = checks
+                        && !cold
+                        && quick.unwrap_or_else(|| windows_cached(&warm_windows(&plan)));
                     if warm && cfg.exec_in_place {
                         return Err(in_place(&store));
                     }

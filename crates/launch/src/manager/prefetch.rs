@@ -122,8 +122,11 @@ pub(super) fn prefetch(
         let mut running = None;
         let mut done = None;
         let mut held_ms = None;
+        let began = report.started_at;
+        let mut before_replay_ms = None;
         let mut start = || {
             let t0 = Instant::now();
+            before_replay_ms = began.map(|b| t0.duration_since(b).as_secs_f64() * 1e3);
             let h = s.spawn(|| engine.run(plan).ok());
             if strat == Strategy::Sorted {
                 done = h.join().ok().flatten();
@@ -166,6 +169,7 @@ pub(super) fn prefetch(
             (exit, None)
         };
         report.held_ms = held_ms;
+        report.before_replay_ms = before_replay_ms;
         report.exited_at = Some(Instant::now());
         // Whatever the replay has not issued by now nobody needs.
         cancel.store(true, Ordering::Relaxed);

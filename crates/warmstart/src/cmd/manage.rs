@@ -72,10 +72,14 @@ pub fn run(args: RunArgs, quiet: bool) -> Result<i32> {
                 .map(|c| format!(", {c}"))
                 .unwrap_or_default(),
         );
-        if let (Some(held), Some(after)) = (report.held_ms, report.after_exit_ms) {
+        if let (Some(before), Some(held), Some(after)) = (
+            report.before_replay_ms,
+            report.held_ms,
+            report.after_exit_ms,
+        ) {
             eprintln!(
-                "warmstart: held the program {held:.1} ms for the replay's head start; \
-                 {after:.1} ms after it exited"
+                "warmstart: started the replay {before:.1} ms after starting; held the program \
+                 {held:.1} ms for its head start; {after:.1} ms after it exited"
             );
         }
     }
