@@ -706,13 +706,8 @@ fn wait_reads_device_pages_that_read_ahead_leaves_absent() {
     }));
 }
 
-#[test]
-fn wait_reads_a_files_stalled_pages_once_before_giving_up() {
-    // A read-ahead that did not complete leaves its pages cached but not
-    // up to date: the wait reads them when they make no progress.
-    let b = MockBackend::new()
-        .with_file("/a", id(1))
-        .with_stuck_pages("/a", 2..3);
+/// Replays 16 KiB of `/a` and waits (20 ms without progress is a stall).
+fn wait_on_a_stalled_file(b: &MockBackend) -> warmstart_replay::Report {
     let p = plan(&[("/a", id(1))], &[], vec![data(0, 0, 16 * K)]);
     let o = Options {
         wait: Some(Duration::from_secs(600)),
@@ -720,7 +715,17 @@ fn wait_reads_a_files_stalled_pages_once_before_giving_up() {
         wait_stall: Duration::from_millis(20),
         ..opts(1)
     };
-    let r = replay(&p, &o, &b).unwrap();
+    replay(&p, &o, b).unwrap()
+}
+
+#[test]
+fn wait_reads_a_files_stalled_pages_once_before_giving_up() {
+    // A read-ahead that did not complete leaves its pages cached but not
+    // up to date: the wait reads them when they make no progress.
+    let b = MockBackend::new()
+        .with_file("/a", id(1))
+        .with_stuck_pages("/a", 2..3);
+    let r = wait_on_a_stalled_file(&b);
     let w = r.wait.unwrap();
     assert!(!w.stalled && !w.timed_out, "{w:?} {:?}", r.errors);
     assert_eq!((w.pages, w.resident, w.ranges_read), (4, 4, 1));
@@ -739,14 +744,7 @@ fn wait_gives_up_on_pages_that_make_no_progress_and_names_them() {
         .with_file("/a", id(1))
         .with_stuck_pages("/a", 2..3)
         .with_failing_reads("/a");
-    let p = plan(&[("/a", id(1))], &[], vec![data(0, 0, 16 * K)]);
-    let o = Options {
-        wait: Some(Duration::from_secs(600)),
-        wait_poll: Duration::from_millis(1),
-        wait_stall: Duration::from_millis(20),
-        ..opts(1)
-    };
-    let r = replay(&p, &o, &b).unwrap();
+    let r = wait_on_a_stalled_file(&b);
     let w = r.wait.unwrap();
     assert!(w.stalled && !w.timed_out, "{w:?}");
     // Read once when it stalled, which did not help.

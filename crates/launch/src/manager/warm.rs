@@ -90,8 +90,8 @@ pub(super) fn windows_cached(windows: &[(String, u64, u64)]) -> bool {
 /// the script an interpreter will read) is in the page cache. Every
 /// launch reads it, so absent means a cold launch, without the warm
 /// check's opens: on a cold cache each of those walks directories read
-/// from storage before the replay starts (36-99 ms on the `cloud` model,
-/// 1.2 ms per read). The program's path was just resolved, so opening it
+/// from storage before the replay starts (the wrapper spent 36-63 ms
+/// before it on the `cloud` model, 1.2 ms per read). The program's path was just resolved, so opening it
 /// reads nothing. A program that cannot be opened says nothing (`true`:
 /// the full check decides).
 pub(super) fn program_cached(program: &std::path::Path) -> bool {

@@ -69,9 +69,9 @@ impl<B: Backend> Engine<'_, B> {
         // clang's 24,631 pages absent, at random and without an I/O error at
         // the block layer, and polling never saw them arrive (a read-ahead
         // that does not complete leaves its pages cached but not up to
-        // date, where `WILLNEED` passes them by); a read reads them. Reading is safe
-        // early, after a fifth of `wait_stall`: a page still being read is
-        // waited for, not read twice.
+        // date, where `WILLNEED` passes them by); a read reads them.
+        // Reading is safe early, after a fifth of `wait_stall`: a page
+        // still being read is waited for, not read twice.
         let mut read = !matches!(what, Waited::Device(_));
         let mut read_on_stall = matches!(what, Waited::File(_));
         // Pages of ranges that completed, and the most resident pages
@@ -161,9 +161,7 @@ impl<B: Backend> Engine<'_, B> {
             }
         }
     }
-}
 
-impl<B: Backend> Engine<'_, B> {
     /// Reads `ranges` through the page cache (see `Backend::read_through`).
     fn read_through(
         &self,
