@@ -155,6 +155,23 @@ pub struct Launched {
     pub exit_code: Option<i32>,
 }
 
+/// Makes the child of `cmd` (a prefetcher the bench starts) get SIGTERM
+/// when the thread that starts it exits, so that a bench killed outright
+/// (SIGKILL, or the testbed's owner gone) leaves no daemon behind holding
+/// the testbed's mounts.
+pub fn stop_with_us(cmd: &mut Command) -> &mut Command {
+    // SAFETY: runs in the forked child before exec; prctl is
+    // async-signal-safe and touches no memory of ours.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    }
+}
+
 /// Runs a shell command (--prepare, --cleanup) to completion.
 pub fn shell(cmd: &str, cwd: Option<&Path>, what: &str) -> Result<()> {
     let mut c = Command::new("sh");

@@ -205,7 +205,7 @@ impl Wrapped {
             .open(self.log())
             .with_context(|| format!("opening {}", self.log().display()))?;
         let log_from = log.metadata().map(|m| m.len()).unwrap_or(0);
-        let child = Command::new(&self.bin)
+        let child = crate::launch::stop_with_us(&mut Command::new(&self.bin))
             .arg("daemon")
             .arg("--config")
             .arg(&config)

@@ -220,7 +220,7 @@ impl DaemonProc {
             .open(&log)
             .with_context(|| format!("opening {}", log.display()))?;
         let log_from = f.metadata().map_or(0, |m| m.len());
-        let child = Command::new(bin)
+        let child = crate::launch::stop_with_us(&mut Command::new(bin))
             .arg("daemon")
             .arg("--config")
             .arg(&cfg)
