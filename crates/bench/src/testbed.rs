@@ -18,6 +18,7 @@
 //!
 //! Exports are written by the inner harness into a directory under the
 //! image's `/var/tmp` and copied out by the outer one when it is done.
+//! `bench usage --fs` runs the same way ([`run_inside`]).
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -85,6 +86,16 @@ impl TestbedInfo {
 pub fn inner() -> Option<&'static Inner> {
     static INNER: OnceLock<Option<Inner>> = OnceLock::new();
     INNER.get_or_init(Inner::from_env).as_ref()
+}
+
+/// Syncs and drops the page cache: the testbed's, through its owner, when
+/// this harness runs inside one (the loop device's own cache included),
+/// else the whole machine's.
+pub fn drop_caches() -> Result<()> {
+    match inner() {
+        Some(tb) => tb.drop_caches(),
+        None => warmstart_record::evict::drop_all_caches().context("dropping caches (needs root)"),
+    }
 }
 
 /// The inner harness's side: what testbed it is in and the way to make
@@ -161,13 +172,65 @@ pub fn cleanup(cache_dir: &Path, quiet: bool) -> Result<i32> {
 /// Runs the bench inside a testbed of `fs`; returns the inner harness's
 /// exit code.
 pub fn run(args: &BenchArgs, fs: Fs, quiet: bool) -> Result<i32> {
+    let suite = match &args.suite {
+        Some(s) => Some(
+            s.canonicalize()
+                .with_context(|| format!("resolving {}", s.display()))?,
+        ),
+        None => None,
+    };
+    let outer = Outer {
+        fs,
+        storage: args.storage,
+        cache_dir: args.testbed_cache.clone(),
+        contents: args.testbed_content.clone(),
+        binds: suite
+            .as_deref()
+            .and_then(Path::parent)
+            .map(Path::to_path_buf)
+            .into_iter()
+            .collect(),
+    };
+    run_inside(
+        outer,
+        quiet,
+        |_, out| Ok(inner_args(args, suite.as_deref(), out, quiet)),
+        |out| copy_out(args, out),
+    )
+}
+
+/// A harness to be run again inside a testbed.
+pub struct Outer {
+    pub fs: Fs,
+    pub storage: Option<Profile>,
+    /// `--testbed-cache`.
+    pub cache_dir: Option<PathBuf>,
+    /// `--testbed-content` (empty: the system's trees).
+    pub contents: Vec<PathBuf>,
+    /// Host directories the inner harness reads or writes at their own
+    /// paths (the suite's directory), bind-mounted in.
+    pub binds: Vec<PathBuf>,
+}
+
+/// Prepares the testbed of `o` and runs this binary again inside it, with
+/// the arguments `args` gives (from the output directory on the host, to
+/// put inputs in, and the same directory as the inner harness sees it);
+/// `copy_out` then takes what the inner harness left in that directory (on
+/// the host). Returns the inner harness's exit code.
+pub fn run_inside(
+    o: Outer,
+    quiet: bool,
+    args: impl FnOnce(&Path, &Path) -> Result<Vec<std::ffi::OsString>>,
+    copy_out: impl FnOnce(&Path) -> Result<()>,
+) -> Result<i32> {
+    let fs = o.fs;
     let mut spec = TestbedSpec::new(fs);
-    spec.storage = args.storage;
-    if let Some(d) = &args.testbed_cache {
+    spec.storage = o.storage;
+    if let Some(d) = &o.cache_dir {
         spec.cache_dir = d.clone();
     }
-    if !args.testbed_content.is_empty() {
-        spec.contents = args.testbed_content.clone();
+    if !o.contents.is_empty() {
+        spec.contents = o.contents.clone();
     }
     let exe = std::env::current_exe().context("finding the harness binary")?;
     spec.binds.push(exe.clone());
@@ -176,23 +239,7 @@ pub fn run(args: &BenchArgs, fs: Fs, quiet: bool) -> Result<i32> {
         spec.binds
             .push(b.canonicalize().unwrap_or_else(|_| b.clone()));
     }
-    let suite = match &args.suite {
-        Some(s) => Some(
-            s.canonicalize()
-                .with_context(|| format!("resolving {}", s.display()))?,
-        ),
-        None => None,
-    };
-    if let Some(dir) = suite.as_deref().and_then(Path::parent) {
-        if dir.starts_with("/tmp") || dir.starts_with("/run") {
-            bail!(
-                "with --fs the suite cannot be under /tmp or /run (the testbed mounts its own \
-                 there): {}",
-                dir.display()
-            );
-        }
-        spec.binds.push(dir.to_path_buf());
-    }
+    spec.binds.extend(o.binds.iter().cloned());
     for b in &spec.binds {
         if b.starts_with("/tmp") || b.starts_with("/run") {
             bail!(
@@ -211,7 +258,7 @@ pub fn run(args: &BenchArgs, fs: Fs, quiet: bool) -> Result<i32> {
             None => eprintln!("warmstart: reusing {}", tb.image().display()),
         }
     }
-    let device = match args.storage {
+    let device = match o.storage {
         Some(p) => {
             if !quiet {
                 eprintln!("warmstart: measuring the {p} model with fio");
@@ -228,7 +275,7 @@ pub fn run(args: &BenchArgs, fs: Fs, quiet: bool) -> Result<i32> {
     };
     let info = TestbedInfo {
         fs: fs.to_string(),
-        storage: args.storage.map(|p| p.to_string()),
+        storage: o.storage.map(|p| p.to_string()),
         image: tb.image().display().to_string(),
         loop_device: tb.loop_device().display().to_string(),
         host_root: tb.root().display().to_string(),
@@ -255,7 +302,7 @@ pub fn run(args: &BenchArgs, fs: Fs, quiet: bool) -> Result<i32> {
 
     let (ours, theirs) = UnixStream::pair().context("creating the cache socket")?;
     let mut argv = vec![exe.into_os_string()];
-    argv.extend(inner_args(args, suite.as_deref(), &out_inside, quiet));
+    argv.extend(args(&out_host, &out_inside)?);
     let mut cmd = tb.command(&argv);
     cmd.env(ENV_INFO, serde_json::to_string(&info)?);
     cmd.env(ENV_FD, theirs.as_raw_fd().to_string());
@@ -300,7 +347,7 @@ pub fn run(args: &BenchArgs, fs: Fs, quiet: bool) -> Result<i32> {
             std::thread::sleep(std::time::Duration::from_secs(30));
         }
     }
-    let copied = copy_out(args, &out_host);
+    let copied = copy_out(&out_host);
     let _ = std::fs::remove_dir_all(&out_host);
     if !quiet {
         if let (Some(a), Ok(b)) = (stat_before, tb.loop_stat()) {
@@ -445,15 +492,20 @@ fn copy_out(a: &BenchArgs, out: &Path) -> Result<()> {
         }
     }
     if let Some(to) = &a.plot {
-        let from = out.join("plot");
-        if from.is_dir() {
-            std::fs::create_dir_all(to).with_context(|| format!("creating {}", to.display()))?;
-            for e in std::fs::read_dir(&from)?.flatten() {
-                let dst: PathBuf = to.join(e.file_name());
-                std::fs::copy(e.path(), &dst)
-                    .with_context(|| format!("writing {}", dst.display()))?;
-            }
-        }
+        copy_files(&out.join("plot"), to)?;
+    }
+    Ok(())
+}
+
+/// Copies the files of directory `from`, if it exists, into `to`.
+pub fn copy_files(from: &Path, to: &Path) -> Result<()> {
+    if !from.is_dir() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(to).with_context(|| format!("creating {}", to.display()))?;
+    for e in std::fs::read_dir(from)?.flatten() {
+        let dst: PathBuf = to.join(e.file_name());
+        std::fs::copy(e.path(), &dst).with_context(|| format!("writing {}", dst.display()))?;
     }
     Ok(())
 }

@@ -215,3 +215,90 @@ fn root_bench_runs_every_scenario_inside_the_testbed() {
         "{left:?}"
     );
 }
+
+#[test]
+fn root_usage_log_replays_inside_the_testbed() {
+    if !warmstart_testing::require_root("root_usage_log_replays_inside_the_testbed") {
+        return;
+    }
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let cache = Cache(dir.path().join("cache"));
+    let data = dir.path().join("data.bin");
+    let block: Vec<u8> = (0..1u32 << 20).map(|i| (i * 13 % 251) as u8).collect();
+    std::fs::write(&data, block.repeat(4)).unwrap();
+    // The suite's directory is bind-mounted in from the host: not the
+    // data's, which must be read from the image.
+    std::fs::create_dir(dir.path().join("suite")).unwrap();
+    let suite = dir.path().join("suite/suite.toml");
+    std::fs::write(
+        &suite,
+        format!(
+            "[[program]]\nname = \"reader\"\ncommand = [\"/bin/sh\", \"-c\", \"cat {} >/dev/null\"]\n",
+            data.display()
+        ),
+    )
+    .unwrap();
+    let log = dir.path().join("log.jsonl");
+    let boot = "{\"step\":\"boot\"}\n{\"step\":\"launch\",\"after_ms\":0,\"program\":\"reader\"}\n";
+    std::fs::write(&log, boot.repeat(2)).unwrap();
+    let json = dir.path().join("usage.json");
+    let md = dir.path().join("usage.md");
+    let out = Command::new(env!("CARGO_BIN_EXE_warmstart-bench"))
+        .args([
+            "usage",
+            "--fs",
+            "ext4",
+            "--modes",
+            "none,warm",
+            "--train",
+            "1",
+        ])
+        .arg("--testbed-cache")
+        .arg(&cache.0)
+        .args(["--testbed-content", &contents(&data)])
+        .arg("--suite")
+        .arg(&suite)
+        .arg("--log")
+        .arg(&log)
+        .arg("--json")
+        .arg(&json)
+        .arg("--export-markdown")
+        .arg(&md)
+        .output()
+        .expect("running warmstart-bench usage");
+    let text = format!(
+        "stdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("testbed: ext4 image on "), "{text}");
+    let r: Value = serde_json::from_slice(&std::fs::read(&json).expect(&text)).expect(&text);
+    assert_eq!(r["testbed"]["fs"], "ext4", "{r:#}");
+    // The log is named as given outside, not by the copy the inner
+    // harness read.
+    assert_eq!(r["settings"]["log_source"], log.display().to_string());
+    // Reads are counted on the testbed's loop device.
+    let disks = r["settings"]["disks"].as_array().unwrap();
+    assert!(
+        disks
+            .iter()
+            .any(|d| d.as_str().unwrap().starts_with("loop")),
+        "{disks:?}"
+    );
+    let launches = r["launches"].as_array().unwrap();
+    assert_eq!(launches.len(), 4, "{r:#}");
+    // Each boot of `none` dropped the testbed's caches: its launch read the
+    // 4 MiB file from the loop device again.
+    let boots = r["boots"].as_array().unwrap();
+    let none: Vec<u64> = boots
+        .iter()
+        .filter(|b| b["mode"] == "none")
+        .map(|b| b["read_bytes"].as_u64().unwrap())
+        .collect();
+    assert_eq!(none.len(), 2, "{r:#}");
+    assert!(none.iter().all(|&b| b >= 4 << 20), "{none:?}");
+    let md = std::fs::read_to_string(&md).unwrap();
+    assert!(md.contains("Testbed: ext4 image on "), "{md}");
+    no_leftovers(&cache.0);
+}

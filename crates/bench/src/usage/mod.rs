@@ -12,8 +12,10 @@
 //! Modules: [`log`] (the log: files, the default, a daemon's history),
 //! [`prefetcher`] (the modes: the daemon's configs, Debian's preload),
 //! [`probe`] (memory, preloads, disk reads), [`results`] (arithmetic,
-//! tables), [`plot`] (the timeline).
+//! tables), [`plot`] (the timeline), [`inside`] (`--fs`: the same run in a
+//! storage testbed).
 
+mod inside;
 pub mod log;
 pub mod plot;
 pub mod prefetcher;
@@ -42,6 +44,8 @@ pub const EXAMPLES: &str = "EXAMPLES:
   warmstart bench usage --from-history /var/lib/warmstart --map python3-u1000-0f3a=python-scipy \\
       --write-log mine.jsonl
   warmstart bench usage --write-log default.jsonl      # the default log, to read or edit
+  warmstart bench usage --fs ext4 --storage cloud --modes none,predict,warm
+                                                       # on a slow network disk's model
 
 Modes, each replaying the whole log (default: all; preload if installed):
   none         no prefetcher: every launch after a boot is cold (the baseline)
@@ -147,6 +151,30 @@ pub struct UsageArgs {
     /// (emptied at the mode's start) instead of removing them.
     #[arg(long, value_name = "DIR")]
     pub keep_state: Option<PathBuf>,
+    /// Replay the log in a storage testbed: the programs' files on a
+    /// filesystem of this type (ext4, xfs, btrfs) in an image on a
+    /// direct-I/O loop device, chrooted over it; every boot drops the page
+    /// cache and the loop device's. The image is the one `warmstart bench
+    /// --fs` builds and reuses.
+    #[arg(long, value_name = "FS", value_parser = crate::testbed::parse_fs)]
+    pub fs: Option<warmstart_testbed::Fs>,
+    /// With --fs: put a slow-device model under the image (sd, cloud,
+    /// sata-ssd); its fio figures are printed with the results.
+    #[arg(long, value_name = "PROFILE", requires = "fs", value_parser = crate::testbed::parse_profile)]
+    pub storage: Option<warmstart_testbed::Profile>,
+    /// With --fs: where testbed images are kept [default:
+    /// /var/cache/warmstart-bench].
+    #[arg(long, value_name = "DIR", requires = "fs")]
+    pub testbed_cache: Option<PathBuf>,
+    /// With --fs: copy these host paths into the image instead of the
+    /// system's (/usr, /etc, /bin, /sbin, /lib*, the font cache);
+    /// comma-separated.
+    #[arg(long, value_delimiter = ',', value_name = "PATHS", requires = "fs")]
+    pub testbed_content: Vec<PathBuf>,
+    /// What the results call the log (the inner harness of --fs gets the
+    /// log as a file).
+    #[arg(long, hide = true, requires = "log")]
+    pub log_source: Option<String>,
 }
 
 /// Runs `warmstart bench usage`; returns the exit code.
@@ -188,6 +216,23 @@ pub fn run(args: UsageArgs, quiet: bool) -> Result<i32> {
     if !Path::new("/proc/sys/vm/drop_caches").exists() {
         bail!("cannot drop caches here (no /proc/sys/vm/drop_caches)");
     }
+    // Read before a testbed is prepared: a typo fails now.
+    let extra = match &args.daemon_config {
+        Some(p) => {
+            let text =
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            let t: toml::Table =
+                toml::from_str(&text).with_context(|| format!("in {}", p.display()))?;
+            Some(t)
+        }
+        None => None,
+    };
+    if args.fs.is_some() && crate::testbed::inner().is_none() {
+        // The log's packages go onto the host first, so the image (checked
+        // against the host's trees) has them.
+        crate::install_packages(&log_programs(&suite, &boots), !args.no_install, quiet)?;
+        return inside::run(&args, &boots, &source, &modes, train, quiet);
+    }
     let logins = boots
         .iter()
         .flat_map(|b| &b.markers)
@@ -224,19 +269,12 @@ pub fn run(args: UsageArgs, quiet: bool) -> Result<i32> {
         None
     };
 
-    // The log's programs, as the suite launches them.
-    let mut used: Vec<&crate::suite::SuiteProgram> = suite
-        .programs
-        .iter()
-        .filter(|p| {
-            boots
-                .iter()
-                .flat_map(|b| &b.launches)
-                .any(|l| l.program == p.name)
-        })
-        .collect();
-    used.sort_by(|a, b| a.name.cmp(&b.name));
-    crate::install_packages(&used, !args.no_install, quiet)?;
+    let used = log_programs(&suite, &boots);
+    // In a testbed the outer harness installed them on the host before the
+    // image was checked (the image has no dpkg database to ask).
+    if crate::testbed::inner().is_none() {
+        crate::install_packages(&used, !args.no_install, quiet)?;
+    }
     let timeout = Duration::from_secs_f64(args.timeout);
     let mut targets: BTreeMap<String, Target> = used
         .iter()
@@ -268,16 +306,6 @@ pub fn run(args: UsageArgs, quiet: bool) -> Result<i32> {
         Some(keys)
     };
 
-    let extra = match &args.daemon_config {
-        Some(p) => {
-            let text =
-                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-            let t: toml::Table =
-                toml::from_str(&text).with_context(|| format!("in {}", p.display()))?;
-            Some(t)
-        }
-        None => None,
-    };
     // A config the daemon would refuse fails now, not after the modes
     // before it ran.
     for &m in modes.iter().filter(|m| m.uses_daemon()) {
@@ -347,6 +375,7 @@ pub fn run(args: UsageArgs, quiet: bool) -> Result<i32> {
     let totals = results::totals(&mode_names, &launches, &boot_results, &samples);
     let res = UsageResults {
         machine,
+        testbed: crate::testbed::inner().map(|t| t.info.clone()),
         settings: UsageSettings {
             suite: args.suite.display().to_string(),
             log_source: source,
@@ -392,6 +421,25 @@ pub fn run(args: UsageArgs, quiet: bool) -> Result<i32> {
     Ok(0)
 }
 
+/// The log's programs, as the suite launches them, by name.
+fn log_programs<'s>(
+    suite: &'s crate::suite::Suite,
+    boots: &[Boot],
+) -> Vec<&'s crate::suite::SuiteProgram> {
+    let mut used: Vec<&crate::suite::SuiteProgram> = suite
+        .programs
+        .iter()
+        .filter(|p| {
+            boots
+                .iter()
+                .flat_map(|b| &b.launches)
+                .any(|l| l.program == p.name)
+        })
+        .collect();
+    used.sort_by(|a, b| a.name.cmp(&b.name));
+    used
+}
+
 /// The log to replay and where it came from.
 fn the_log(
     args: &UsageArgs,
@@ -399,7 +447,11 @@ fn the_log(
     quiet: bool,
 ) -> Result<(Vec<Boot>, String)> {
     if let Some(p) = &args.log {
-        return Ok((log::load(p)?, p.display().to_string()));
+        let source = args
+            .log_source
+            .clone()
+            .unwrap_or_else(|| p.display().to_string());
+        return Ok((log::load(p)?, source));
     }
     let Some(h) = &args.from_history else {
         let spec = log::default_spec();
@@ -522,7 +574,7 @@ impl Run<'_> {
                 // (this thread starts it).
                 session::leave().context("ending the last boot's login session")?;
             }
-            warmstart_record::evict::drop_all_caches().context("dropping caches")?;
+            crate::testbed::drop_caches()?;
             let read_from = probe::read_bytes(self.disks);
             let pf = match mode {
                 m if m.uses_daemon() => Prefetcher::Daemon(DaemonProc::start(
@@ -661,8 +713,7 @@ impl Run<'_> {
                     format!("login (session {id})")
                 }
                 log::MarkerKind::Evict => {
-                    warmstart_record::evict::drop_all_caches()
-                        .context("dropping caches for an eviction")?;
+                    crate::testbed::drop_caches().context("for an eviction")?;
                     "caches dropped".to_string()
                 }
             };

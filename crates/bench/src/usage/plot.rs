@@ -159,6 +159,7 @@ mod tests {
         };
         let r = UsageResults {
             machine: Default::default(),
+            testbed: None,
             settings: UsageSettings {
                 suite: "s".into(),
                 log_source: "l".into(),

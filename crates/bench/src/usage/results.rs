@@ -8,6 +8,7 @@ use warmstart_predict::usage::Step;
 
 use super::probe::Sample;
 use crate::machine::Machine;
+use crate::testbed::TestbedInfo;
 
 /// A launch slower than this times its cold time did harm.
 pub const HARM_RATIO: f64 = 1.02;
@@ -15,6 +16,9 @@ pub const HARM_RATIO: f64 = 1.02;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct UsageResults {
     pub machine: Machine,
+    /// The storage testbed the log ran in (`--fs`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub testbed: Option<TestbedInfo>,
     pub settings: UsageSettings,
     /// The log replayed.
     pub log: Vec<Step>,
@@ -474,8 +478,14 @@ pub fn render(r: &UsageResults) -> String {
     } else {
         String::new()
     };
+    let testbed: String = r
+        .testbed
+        .iter()
+        .flat_map(TestbedInfo::lines)
+        .map(|l| l + "\n")
+        .collect();
     format!(
-        "Usage log: {} boots ({} training), {} launches; {}\n\n{}\nTotals over the measured boots:\n{}{goals}\n{GAP_NOTE}\n",
+        "Usage log: {} boots ({} training), {} launches; {}\n{testbed}\n{}\nTotals over the measured boots:\n{}{goals}\n{GAP_NOTE}\n",
         r.settings.boots,
         r.settings.train_boots,
         r.log.iter().filter(|s| matches!(s, Step::Launch { .. })).count(),
@@ -504,8 +514,24 @@ pub fn render_markdown(r: &UsageResults) -> String {
     } else {
         ("", String::new())
     };
+    let testbed = match &r.testbed {
+        Some(t) => {
+            let device = t
+                .device
+                .as_ref()
+                .map(|d| format!(" Device (fio on the loop device): {d}."))
+                .unwrap_or_default();
+            format!(
+                "Testbed: {} (image `{}`, contents {}).{device}\n\n",
+                t.description,
+                t.image,
+                t.contents.join(", ")
+            )
+        }
+        None => String::new(),
+    };
     format!(
-        "## Usage log\n\nMachine: {}.\n\nMethod: `warmstart bench usage` replayed {} \
+        "## Usage log\n\nMachine: {}.\n\n{testbed}Method: `warmstart bench usage` replayed {} \
          ({} boots, the first {} training); at each boot, sync, caches dropped, the mode's \
          prefetcher restarted with the state of its earlier boots; launches without a \
          wrapper; modes {}.{method} Reads counted on {}.\n\n### Totals\n\n{}\n{goals}### Launches\n\n{}\n{GAP_NOTE}\n",

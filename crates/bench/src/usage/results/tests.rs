@@ -202,6 +202,7 @@ fn results(log: Vec<Step>, launches: Vec<LaunchResult>) -> UsageResults {
     let totals = totals(&modes, &launches, &[], &[]);
     UsageResults {
         machine: Machine::default(),
+        testbed: None,
         settings: UsageSettings {
             suite: "s".into(),
             log_source: "l".into(),
