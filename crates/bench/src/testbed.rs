@@ -94,7 +94,8 @@ pub fn inner() -> Option<&'static Inner> {
 pub fn drop_caches() -> Result<()> {
     match inner() {
         Some(tb) => tb.drop_caches(),
-        None => warmstart_record::evict::drop_all_caches().context("dropping caches (needs root)"),
+        None => warmstart_record::evict::drop_all_caches()
+            .context("dropping caches (needs root; the main bench can --evict-files instead)"),
     }
 }
 

@@ -164,12 +164,10 @@ impl RealExecutor {
             evict::evict_files(self.files.iter().map(|f| f.0.as_str()));
             evict::evict_devices(self.devices.iter().copied());
             Ok(())
-        } else if let Some(tb) = crate::testbed::inner() {
-            // The page cache and the loop device's own (and, without direct
-            // I/O, the image's pages), by the testbed's owner.
-            tb.drop_caches()
         } else {
-            evict::drop_all_caches().context("dropping caches (needs root; or use --evict-files)")
+            // In a testbed also the loop device's own cache (and, without
+            // direct I/O, the image's pages), by the testbed's owner.
+            crate::testbed::drop_caches()
         }
     }
 
