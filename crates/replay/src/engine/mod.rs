@@ -79,9 +79,9 @@ pub struct Options {
     pub wait_poll: Duration,
     /// While waiting, give up on a file or device whose pending pages
     /// made no progress for this long (they will not become resident),
-    /// rather than hold the caller until [`Options::wait`] ends. A file's
-    /// pending pages are first read through once, after a fifth of it
-    /// without progress (a device's at once).
+    /// rather than hold the caller until [`Options::wait`] ends. Pages
+    /// still absent when the wait reaches them are read through once
+    /// first.
     pub wait_stall: Duration,
     /// Metadata ranges of one device are read as one where the hole
     /// between them is at most this many bytes. Default: the compiler's

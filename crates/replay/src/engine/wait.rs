@@ -62,18 +62,21 @@ impl<B: Backend> Engine<'_, B> {
         // Once the deadline passed or the replay was cancelled, one more
         // pass counts what is resident without waiting.
         let mut last_pass = report.timed_out || self.cancel.load(Ordering::Relaxed);
-        // A device's ranges still absent after the first poll are read
-        // once (see `Backend::read_through`). A file's pages are marked up
-        // to date by the read-ahead itself, so its ranges are read only if
-        // they stall: on the `sd` model's ext4 image, read-ahead left 113 of
-        // clang's 24,631 pages absent, at random and without an I/O error at
-        // the block layer, and polling never saw them arrive (a read-ahead
-        // that does not complete leaves its pages cached but not up to
-        // date, where `WILLNEED` passes them by); a read reads them.
-        // Reading is safe early, after a fifth of `wait_stall`: a page
-        // still being read is waited for, not read twice.
-        let mut read = !matches!(what, Waited::Device(_));
-        let mut read_on_stall = matches!(what, Waited::File(_));
+        // Ranges still absent at the first poll are read through once
+        // (see `Backend::read_through`): a page still being read is waited
+        // for, not read twice, and a page read-ahead left behind is read.
+        // Read-ahead leaves pages behind: a device's, when a filesystem
+        // holds its metadata through buffer heads without marking the page
+        // up to date; a file's, when a read-ahead does not complete (on
+        // the `sd` model's ext4 image it left 113 of clang's 24,631 pages
+        // absent, at random and without an I/O error at the block layer).
+        // Either way the page stays cached but not up to date, where
+        // `WILLNEED` passes it by and polling never sees it arrive. Waiting
+        // for a file to stall before reading it cost a fifth of
+        // `wait_stall` per such file, one file after another: prefetch-only
+        // replays of python-scipy's plan on `sd` then took 3.3 to 32 s
+        // (timed out) instead of 2.4 s.
+        let mut read = false;
         // Pages of ranges that completed, and the most resident pages
         // (those plus the pending ranges') seen at a poll, and when.
         let mut done = 0u64;
@@ -130,7 +133,7 @@ impl<B: Backend> Engine<'_, B> {
             pending = still;
             if !read {
                 read = true;
-                self.read_through(state, h, &pending, report, &mut noted);
+                self.read_through(state, h, &pending, deadline, report, &mut noted);
                 // Poll again at once: the reads have returned.
                 continue;
             }
@@ -144,11 +147,6 @@ impl<B: Backend> Engine<'_, B> {
                 report.timed_out = true;
                 last_pass = true;
                 ended = Some("were still absent when the wait timed out".into());
-            } else if now.duration_since(progress_at) >= self.opts.wait_stall / 5
-                && std::mem::replace(&mut read_on_stall, false)
-            {
-                self.read_through(state, h, &pending, report, &mut noted);
-                progress_at = Instant::now();
             } else if now.duration_since(progress_at) >= self.opts.wait_stall {
                 report.stalled = true;
                 last_pass = true;
@@ -162,16 +160,21 @@ impl<B: Backend> Engine<'_, B> {
         }
     }
 
-    /// Reads `ranges` through the page cache (see `Backend::read_through`).
+    /// Reads `ranges` through the page cache (see `Backend::read_through`),
+    /// until the deadline passes or the replay is cancelled.
     fn read_through(
         &self,
         state: &State<'_, B>,
         h: &B::Handle,
         ranges: &[(u64, u64)],
+        deadline: Instant,
         report: &mut WaitReport,
         noted: &mut bool,
     ) {
         for &(offset, len) in ranges {
+            if Instant::now() >= deadline || self.cancel.load(Ordering::Relaxed) {
+                return;
+            }
             report.ranges_read += 1;
             if let Err(e) = self.backend.read_through(h, offset, len) {
                 report.errors += 1;
