@@ -8,7 +8,9 @@
 //!
 //! The fuser session thread only dispatches; `queue_depth` worker threads
 //! serve requests, so requests beyond the queue depth wait their turn as
-//! they would at a device. The kernel is asked for asynchronous direct I/O
+//! they would at a device: in the order they came, or for a disk with a
+//! head, in the order the host's I/O scheduler would send them (the loop
+//! device has none of its own to keep a queue). The kernel is asked for asynchronous direct I/O
 //! (FUSE_ASYNC_DIO) and a background limit above every profile's queue
 //! depth, so it really keeps that many requests in flight.
 
@@ -180,7 +182,7 @@ fn serve(image: &File, clock: &DeviceClock, job: Job) {
             size,
             reply,
         } => {
-            let done = clock.schedule(now, u64::from(size));
+            let done = clock.schedule(now, offset, u64::from(size));
             let mut buf = vec![0u8; size as usize];
             let mut filled = 0;
             let result = loop {
@@ -207,7 +209,7 @@ fn serve(image: &File, clock: &DeviceClock, job: Job) {
             data,
             reply,
         } => {
-            let done = clock.schedule(now, data.len() as u64);
+            let done = clock.schedule(now, offset, data.len() as u64);
             let result = image.write_all_at(&data, offset);
             sleep_until(done);
             match result {
@@ -218,11 +220,66 @@ fn serve(image: &File, clock: &DeviceClock, job: Job) {
     }
 }
 
-fn worker(file: &File, clock: &DeviceClock, rx: &Mutex<Receiver<Job>>) {
+/// Requests received and not yet served, with when each came.
+struct Queue {
+    rx: Receiver<Job>,
+    waiting: Vec<(Instant, Job)>,
+}
+
+/// How long a read may wait behind requests nearer the head: mq-deadline's
+/// `read_expire`.
+const READ_EXPIRE: Duration = Duration::from_millis(500);
+
+impl Job {
+    fn offset(&self) -> u64 {
+        match self {
+            Job::Read { offset, .. } | Job::Write { offset, .. } => *offset,
+        }
+    }
+}
+
+impl Queue {
+    /// The next request to serve; `None` once the filesystem is gone. A
+    /// device without a head serves requests as they come. For a disk the
+    /// host's I/O scheduler keeps the queue (the loop device in front of
+    /// this server has none: it passes every request on at once), so
+    /// requests are served as mq-deadline would: the nearest ahead of the
+    /// head, sweeping up and starting again from the lowest, unless the
+    /// oldest has waited `READ_EXPIRE`.
+    fn next(&mut self, clock: &DeviceClock) -> Option<Job> {
+        if self.waiting.is_empty() {
+            let job = self.rx.recv().ok()?;
+            self.waiting.push((Instant::now(), job));
+        }
+        while let Ok(job) = self.rx.try_recv() {
+            self.waiting.push((Instant::now(), job));
+        }
+        let pick = match clock.head() {
+            Some(head) if self.waiting[0].0.elapsed() < READ_EXPIRE => {
+                elevator(head, self.waiting.iter().map(|(_, j)| j.offset()))
+            }
+            _ => 0,
+        };
+        Some(self.waiting.remove(pick).1)
+    }
+}
+
+/// Which of the waiting requests (their offsets, oldest first) a disk's
+/// scheduler serves next with its head at `head`: the nearest at or ahead
+/// of it, else the lowest (a one-way sweep).
+fn elevator(head: u64, offsets: impl Iterator<Item = u64> + Clone) -> usize {
+    let ahead = offsets.clone().enumerate().filter(|&(_, o)| o >= head);
+    ahead
+        .min_by_key(|&(_, o)| o)
+        .or_else(|| offsets.enumerate().min_by_key(|&(_, o)| o))
+        .map_or(0, |(i, _)| i)
+}
+
+fn worker(file: &File, clock: &DeviceClock, queue: &Mutex<Queue>) {
     loop {
-        let job = match rx.lock().unwrap_or_else(|e| e.into_inner()).recv() {
-            Ok(job) => job,
-            Err(_) => return,
+        let job = match queue.lock().unwrap_or_else(|e| e.into_inner()).next(clock) {
+            Some(job) => job,
+            None => return,
         };
         serve(file, clock, job);
     }
@@ -252,9 +309,12 @@ impl ModelMount {
             .map_err(crate::sys::io_err(image))?;
         let size = file.metadata().map_err(crate::sys::io_err(image))?.len();
         let file = Arc::new(file);
-        let clock = Arc::new(DeviceClock::new(model, Instant::now()));
+        let clock = Arc::new(DeviceClock::new(model, size, Instant::now()));
         let (tx, rx) = mpsc::channel::<Job>();
-        let rx: Arc<Mutex<Receiver<Job>>> = Arc::new(Mutex::new(rx));
+        let rx = Arc::new(Mutex::new(Queue {
+            rx,
+            waiting: Vec::new(),
+        }));
         let workers = (0..model.queue_depth.max(1))
             .map(|i| {
                 let (file, clock, rx) = (file.clone(), clock.clone(), rx.clone());
@@ -334,5 +394,23 @@ impl ModelMount {
 impl Drop for ModelMount {
     fn drop(&mut self) {
         self.unmount();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::elevator;
+
+    #[test]
+    fn a_disk_serves_the_nearest_request_ahead_then_sweeps_again() {
+        let q = [900u64, 100, 500, 300];
+        // Head at 200: 300 is the nearest ahead, then 500, then 900.
+        assert_eq!(elevator(200, q.iter().copied()), 3);
+        assert_eq!(elevator(301, q.iter().copied()), 2);
+        assert_eq!(elevator(501, q.iter().copied()), 0);
+        // Past every request: back to the lowest.
+        assert_eq!(elevator(901, q.iter().copied()), 1);
+        // A request exactly at the head goes first.
+        assert_eq!(elevator(500, q.iter().copied()), 2);
     }
 }

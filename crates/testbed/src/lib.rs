@@ -123,7 +123,7 @@ pub enum Error {
     #[error("unknown filesystem {0:?} (ext4, xfs or btrfs)")]
     UnknownFs(String),
     /// A storage profile name that does not exist.
-    #[error("unknown storage profile {0:?} (sd, cloud or sata-ssd)")]
+    #[error("unknown storage profile {0:?} (sd, cloud, sata-ssd or hdd)")]
     UnknownProfile(String),
 }
 

@@ -31,7 +31,7 @@ struct SpecArgs {
     /// Filesystem of the image: ext4, xfs or btrfs.
     #[arg(long, default_value = "ext4")]
     fs: Fs,
-    /// Slow-storage profile under the image: sd, cloud or sata-ssd.
+    /// Slow-storage profile under the image: sd, cloud, sata-ssd or hdd.
     #[arg(long)]
     storage: Option<Profile>,
     /// Host path to copy into the image (repeat; default /usr, /etc, /bin,

@@ -9,7 +9,13 @@
 //! - `queue_depth`: requests the device works on at once; more wait for a
 //!   slot (the FUSE server runs exactly this many workers);
 //! - `iops`: requests the device starts per second, if capped, with requests
-//!   larger than `io_unit` counted as several.
+//!   larger than `io_unit` counted as several;
+//! - `seek`, for a disk with a head: a request a little ahead of where the
+//!   previous one ended waits for the platter to bring it under the head
+//!   (the gap at the media rate); one anywhere else pays for positioning,
+//!   a fixed part (the head settling, half a rotation) and a part that
+//!   grows with the square root of the distance (the arm accelerates,
+//!   then coasts).
 //!
 //! A request that gets a slot at `t` starts at `max(t, next IOPS token)`,
 //! moves its data from `max(start + latency, end of the previous transfer)`
@@ -34,11 +40,13 @@ pub enum Profile {
     Cloud,
     /// A SATA solid-state drive.
     SataSsd,
+    /// A 7200 rpm hard disk.
+    Hdd,
 }
 
 impl Profile {
     /// Every profile, in the order the bench runs them.
-    pub const ALL: [Profile; 3] = [Profile::Sd, Profile::Cloud, Profile::SataSsd];
+    pub const ALL: [Profile; 4] = [Profile::Sd, Profile::Cloud, Profile::SataSsd, Profile::Hdd];
 
     /// The name used on the command line.
     pub fn name(self) -> &'static str {
@@ -46,6 +54,7 @@ impl Profile {
             Profile::Sd => "sd",
             Profile::Cloud => "cloud",
             Profile::SataSsd => "sata-ssd",
+            Profile::Hdd => "hdd",
         }
     }
 
@@ -67,6 +76,7 @@ impl Profile {
                 queue_depth: 1,
                 iops: None,
                 io_unit: 0,
+                seek: None,
             },
             // AWS EBS gp3 at its baseline (the default volume type): 3000
             // IOPS and 125 MiB/s whatever the size (EC2 API reference,
@@ -82,6 +92,7 @@ impl Profile {
                 queue_depth: 32,
                 iops: Some(3000),
                 io_unit: 256 * 1024,
+                seek: None,
             },
             // Samsung 870 EVO, a mainstream TLC SATA SSD: 560 MB/s sequential
             // read and 98,000 random read IOPS at QD32 (vendor spec, quoted
@@ -94,6 +105,29 @@ impl Profile {
                 queue_depth: 32,
                 iops: Some(98_000),
                 io_unit: 0,
+                seek: None,
+            },
+            // A 7200 rpm desktop disk (Seagate BarraCuda, WD Blue): 8.5 ms
+            // average seek, 4.16 ms average rotational latency (half a
+            // turn), about 1 ms track to track, 160-200 MB/s sequential on
+            // the outer tracks (vendor data sheets). Here a request away
+            // from the head costs 1 ms + 4.16 ms + up to 15 ms across the
+            // image, so random 4 KiB reads over it take about 13 ms, the
+            // figure such disks measure at queue depth 1 (75-80 IOPS).
+            // Command queueing (NCQ) is not modelled: one request at a
+            // time, in the order they come.
+            Profile::Hdd => DeviceModel {
+                latency: Duration::from_micros(100),
+                bandwidth: 160_000_000,
+                queue_depth: 1,
+                iops: None,
+                io_unit: 0,
+                seek: Some(Seek {
+                    min: Duration::from_micros(5_160),
+                    full_stroke: Duration::from_millis(15),
+                    // One turn (8.33 ms) at 160 MB/s.
+                    track: 1_333_000,
+                }),
             },
         }
     }
@@ -130,6 +164,22 @@ pub struct DeviceModel {
     /// A request larger than this counts as several against `iops` (0: any
     /// request counts as one).
     pub io_unit: u64,
+    /// Positioning, for a disk with a head; `None`: any order costs the same.
+    #[serde(default)]
+    pub seek: Option<Seek>,
+}
+
+/// The positioning cost of a disk with a head; see the module documentation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Seek {
+    /// Paid by every request that does not start where the previous ended.
+    pub min: Duration,
+    /// Added for a seek across the whole device; a seek over a share `x`
+    /// of it adds `sqrt(x)` of this.
+    pub full_stroke: Duration,
+    /// Bytes under the head in one turn: a request less than this far
+    /// ahead of the head costs the gap at the model's bandwidth instead.
+    pub track: u64,
 }
 
 impl DeviceModel {
@@ -160,6 +210,14 @@ impl fmt::Display for DeviceModel {
         if let Some(iops) = self.iops {
             write!(f, ", {iops} IOPS")?;
         }
+        if let Some(seek) = self.seek {
+            write!(
+                f,
+                ", seeks {:.1}-{:.1} ms",
+                seek.min.as_secs_f64() * 1e3,
+                (seek.min + seek.full_stroke).as_secs_f64() * 1e3
+            )?;
+        }
         Ok(())
     }
 }
@@ -168,6 +226,8 @@ impl fmt::Display for DeviceModel {
 #[derive(Debug)]
 pub struct DeviceClock {
     model: DeviceModel,
+    /// Bytes the device holds: the distance a full stroke crosses.
+    size: u64,
     state: Mutex<ClockState>,
 }
 
@@ -177,18 +237,28 @@ struct ClockState {
     iops_next: Instant,
     /// When the device finishes the transfers already scheduled.
     transfer_end: Instant,
+    /// Where the last scheduled request ended: the head's position.
+    head: u64,
 }
 
 impl DeviceClock {
-    /// A device that is idle at `now`.
-    pub fn new(model: DeviceModel, now: Instant) -> Self {
+    /// A device of `size` bytes that is idle at `now`.
+    pub fn new(model: DeviceModel, size: u64, now: Instant) -> Self {
         DeviceClock {
             model,
+            size,
             state: Mutex::new(ClockState {
                 iops_next: now,
                 transfer_end: now,
+                head: 0,
             }),
         }
+    }
+
+    /// Where the last scheduled request ended, for a device with a head.
+    pub fn head(&self) -> Option<u64> {
+        self.model.seek?;
+        Some(self.state.lock().unwrap_or_else(|e| e.into_inner()).head)
     }
 
     /// The model this clock runs.
@@ -196,9 +266,9 @@ impl DeviceClock {
         &self.model
     }
 
-    /// Schedules a request of `bytes` that got a queue slot at `now`;
-    /// returns when it completes.
-    pub fn schedule(&self, now: Instant, bytes: u64) -> Instant {
+    /// Schedules a request of `bytes` at `offset` that got a queue slot at
+    /// `now`; returns when it completes.
+    pub fn schedule(&self, now: Instant, offset: u64, bytes: u64) -> Instant {
         let m = &self.model;
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let mut start = now;
@@ -207,7 +277,17 @@ impl DeviceClock {
             let spacing = Duration::from_nanos(1_000_000_000 / u64::from(iops.max(1)));
             s.iops_next = start + spacing * m.ios(bytes) as u32;
         }
-        let transfer_start = (start + m.latency).max(s.transfer_end);
+        let mut transfer_start = (start + m.latency).max(s.transfer_end);
+        if let Some(seek) = m.seek {
+            let ahead = offset.wrapping_sub(s.head);
+            if ahead < seek.track {
+                transfer_start += m.transfer_time(ahead);
+            } else {
+                let share = (offset.abs_diff(s.head) as f64 / self.size.max(1) as f64).min(1.0);
+                transfer_start += seek.min + seek.full_stroke.mul_f64(share.sqrt());
+            }
+        }
+        s.head = offset.saturating_add(bytes);
         s.transfer_end = transfer_start + m.transfer_time(bytes);
         s.transfer_end
     }
@@ -226,6 +306,7 @@ mod tests {
             queue_depth: 1,
             iops,
             io_unit: 0,
+            seek: None,
         }
     }
 
@@ -248,29 +329,29 @@ mod tests {
     #[test]
     fn one_request_costs_latency_plus_transfer() {
         let t0 = Instant::now();
-        let c = DeviceClock::new(model(MS, 1_000_000, None), t0);
+        let c = DeviceClock::new(model(MS, 1_000_000, None), 1 << 30, t0);
         // 1000 bytes at 1 MB/s = 1 ms.
-        assert_eq!(c.schedule(t0, 1000), t0 + 2 * MS);
+        assert_eq!(c.schedule(t0, 0, 1000), t0 + 2 * MS);
     }
 
     #[test]
     fn concurrent_requests_share_bandwidth_but_overlap_latency() {
         let t0 = Instant::now();
-        let c = DeviceClock::new(model(MS, 1_000_000, None), t0);
+        let c = DeviceClock::new(model(MS, 1_000_000, None), 1 << 30, t0);
         // Both pay 1 ms latency at once; transfers of 1 ms each follow one
         // another.
-        assert_eq!(c.schedule(t0, 1000), t0 + 2 * MS);
-        assert_eq!(c.schedule(t0, 1000), t0 + 3 * MS);
+        assert_eq!(c.schedule(t0, 0, 1000), t0 + 2 * MS);
+        assert_eq!(c.schedule(t0, 0, 1000), t0 + 3 * MS);
         // A request arriving after the device went idle starts afresh.
         let later = t0 + 10 * MS;
-        assert_eq!(c.schedule(later, 1000), later + 2 * MS);
+        assert_eq!(c.schedule(later, 0, 1000), later + 2 * MS);
     }
 
     #[test]
     fn iops_cap_spaces_request_starts() {
         let t0 = Instant::now();
-        let c = DeviceClock::new(model(Duration::ZERO, u64::MAX / 4, Some(1000)), t0);
-        let done: Vec<_> = (0..3).map(|_| c.schedule(t0, 1)).collect();
+        let c = DeviceClock::new(model(Duration::ZERO, u64::MAX / 4, Some(1000)), 1 << 30, t0);
+        let done: Vec<_> = (0..3).map(|_| c.schedule(t0, 0, 1)).collect();
         assert!(done[0] - t0 < MS);
         assert!(done[1] - t0 >= MS && done[1] - t0 < 2 * MS);
         assert!(done[2] - t0 >= 2 * MS && done[2] - t0 < 3 * MS);
@@ -281,9 +362,38 @@ mod tests {
         let t0 = Instant::now();
         let mut m = model(Duration::ZERO, u64::MAX / 4, Some(1000));
         m.io_unit = 256 * 1024;
-        let c = DeviceClock::new(m, t0);
-        c.schedule(t0, 1024 * 1024); // 4 I/Os: the next starts 4 ms later
-        assert!(c.schedule(t0, 4096) - t0 >= 4 * MS);
+        let c = DeviceClock::new(m, 1 << 30, t0);
+        c.schedule(t0, 0, 1024 * 1024); // 4 I/Os: the next starts 4 ms later
+        assert!(c.schedule(t0, 0, 4096) - t0 >= 4 * MS);
+    }
+
+    #[test]
+    fn a_disk_pays_for_positioning_away_from_its_head() {
+        let t0 = Instant::now();
+        let mut m = model(Duration::ZERO, 1_000_000, None);
+        m.seek = Some(Seek {
+            min: 5 * MS,
+            full_stroke: 16 * MS,
+            track: 10_000,
+        });
+        let c = DeviceClock::new(m, 1_000_000, t0);
+        // From the head's start, in order: transfers only (1 ms each).
+        let a = c.schedule(t0, 0, 1000);
+        assert_eq!(a, t0 + MS);
+        let b = c.schedule(a, 1000, 1000);
+        assert_eq!(b, a + MS);
+        // A little ahead: the gap passes under the head (3 ms), then 1 ms.
+        let near = c.schedule(b, 5000, 1000);
+        assert_eq!(near, b + 4 * MS);
+        // Just behind the head: a full positioning, not nearly a turn.
+        let behind = c.schedule(near, 5000, 1000);
+        assert!(behind - near >= 6 * MS, "{:?}", behind - near);
+        // A quarter of the disk away: 5 ms + sqrt(1/4) x 16 ms, then 1 ms.
+        let far = c.schedule(behind, 256_000, 1000);
+        assert_eq!(far, behind + 14 * MS);
+        // Back to the start: the full stroke is at most 5 + 16 ms.
+        let back = c.schedule(far, 0, 1000);
+        assert!(back - far > 14 * MS && back - far <= 22 * MS);
     }
 
     #[test]
@@ -297,5 +407,14 @@ mod tests {
         assert!(Profile::Sd.model().bandwidth < Profile::Cloud.model().bandwidth);
         assert!(Profile::Cloud.model().bandwidth < Profile::SataSsd.model().bandwidth);
         assert_eq!(Profile::Sd.model().queue_depth, 1);
+        // Only the hard disk seeks, and a random 4 KiB read over it costs
+        // about what such disks measure (75-80 IOPS at queue depth 1).
+        assert!(Profile::ALL
+            .iter()
+            .all(|p| p.model().seek.is_some() == (*p == Profile::Hdd)));
+        let hdd = Profile::Hdd.model();
+        let seek = hdd.seek.unwrap();
+        let mean = hdd.latency + seek.min + seek.full_stroke.mul_f64(0.53);
+        assert!(mean > 12 * MS && mean < 14 * MS, "{mean:?}");
     }
 }

@@ -531,3 +531,67 @@ fn sigint_with_a_program_inside_leaves_nothing_once_it_exits_root() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+#[test]
+fn hdd_profile_charges_for_seeks_root() {
+    if !warmstart_testing::require_root("hdd_profile_charges_for_seeks_root") {
+        return;
+    }
+    const MIB: usize = 4;
+    let cache = tempfile::tempdir().unwrap();
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let blob: Vec<u8> = (0..MIB << 20).map(|i| (i * 7 % 251) as u8).collect();
+    fs::write(src.path().join("blob"), &blob).unwrap();
+    let mut s = spec(Fs::Ext4, cache.path());
+    s.contents.push(src.path().to_path_buf());
+    s.storage = Some(Profile::Hdd);
+    let tb = Testbed::prepare(s).unwrap();
+    let inside = tb
+        .root()
+        .join(src.path().strip_prefix("/").unwrap())
+        .join("blob");
+
+    // The whole file in order: one positioning, then the transfer.
+    tb.drop_caches().unwrap();
+    let t0 = Instant::now();
+    assert!(fs::read(&inside).unwrap() == blob);
+    let in_order = t0.elapsed();
+
+    // 64 of its pages, each behind the one before: every read moves the
+    // head back, so each pays at least the model's fixed positioning.
+    tb.drop_caches().unwrap();
+    let f = fs::File::open(&inside).unwrap();
+    // SAFETY: a valid descriptor; FADV_RANDOM only turns read-ahead off.
+    unsafe {
+        libc::posix_fadvise(
+            std::os::fd::AsRawFd::as_raw_fd(&f),
+            0,
+            0,
+            libc::POSIX_FADV_RANDOM,
+        )
+    };
+    let mut page = [0u8; 4096];
+    let t0 = Instant::now();
+    for i in (0..64u64).rev() {
+        let off = i * 16 * 4096;
+        std::os::unix::fs::FileExt::read_exact_at(&f, &mut page, off).unwrap();
+        assert_eq!(page[..], blob[off as usize..off as usize + 4096]);
+    }
+    let backwards = t0.elapsed();
+    let seek = Profile::Hdd.model().seek.unwrap();
+    assert!(
+        backwards >= seek.min * 64,
+        "64 reads against the head's way took {backwards:?}, under 64 positionings"
+    );
+    assert!(
+        in_order * 2 < backwards,
+        "{MIB} MiB in order took {in_order:?}, 256 KiB backwards {backwards:?}"
+    );
+    drop(f);
+    let run_dir = run_dir_of(&tb);
+    drop(tb);
+    assert_eq!(
+        remains_settled(&run_dir, cache.path()),
+        Vec::<String>::new()
+    );
+}
