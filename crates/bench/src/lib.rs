@@ -162,7 +162,7 @@ pub struct BenchArgs {
     #[arg(long, value_name = "FS", value_parser = testbed::parse_fs)]
     pub fs: Option<warmstart_testbed::Fs>,
     /// With --fs: put a slow-device model under the image (sd, cloud,
-    /// sata-ssd); its fio figures are printed with the results.
+    /// sata-ssd, hdd); its fio figures are printed with the results.
     #[arg(long, value_name = "PROFILE", requires = "fs", value_parser = testbed::parse_profile)]
     pub storage: Option<warmstart_testbed::Profile>,
     /// Where testbed images are kept [default: /var/cache/warmstart-bench].

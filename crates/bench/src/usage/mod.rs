@@ -159,7 +159,7 @@ pub struct UsageArgs {
     #[arg(long, value_name = "FS", value_parser = crate::testbed::parse_fs)]
     pub fs: Option<warmstart_testbed::Fs>,
     /// With --fs: put a slow-device model under the image (sd, cloud,
-    /// sata-ssd); its fio figures are printed with the results.
+    /// sata-ssd, hdd); its fio figures are printed with the results.
     #[arg(long, value_name = "PROFILE", requires = "fs", value_parser = crate::testbed::parse_profile)]
     pub storage: Option<warmstart_testbed::Profile>,
     /// With --fs: where testbed images are kept [default:

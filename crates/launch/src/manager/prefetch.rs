@@ -27,7 +27,7 @@ fn strategy(plan: &Plan, store: &Store, cfg: &Config) -> Strategy {
     };
     let cache_path = store.root().join("devices.json");
     let mut cache = DeviceCache::load(&cache_path);
-    if let Some(v) = cache.devices.get(&big.id.dev) {
+    if let Some(v) = cache.devices.get(&big.id.dev).filter(|v| v.is_current()) {
         return if v.rotational {
             Strategy::Sorted
         } else {
