@@ -232,6 +232,82 @@ fn root_run_learns_prefetches_and_relearns() {
 }
 
 #[test]
+fn root_run_sorts_the_plan_of_a_device_that_seeks() {
+    if !require_root("root_run_sorts_the_plan_of_a_device_that_seeks") {
+        return;
+    }
+    use std::os::unix::fs::MetadataExt as _;
+    let fs = LoopFs::new("ext4", 96);
+    run_ok(Command::new(fixture()).arg("gen").arg(&fs.mnt));
+    let state = tempfile::tempdir().unwrap();
+    // The probe's verdict, as a hard disk measures (a random read costs
+    // more than half a sequential MiB), for the devices the launch reads:
+    // the loop device and the one holding the fixture and its libraries.
+    let verdict = r#"{"rotational":true,"median_read_us":9000.0,"seq_mib_us":7000.0}"#;
+    let devs = [
+        std::fs::metadata(&fs.mnt).unwrap().dev(),
+        std::fs::metadata(fixture()).unwrap().dev(),
+    ];
+    let entries: Vec<String> = devs.iter().map(|d| format!(r#""{d}":{verdict}"#)).collect();
+    std::fs::write(
+        state.path().join("devices.json"),
+        format!(r#"{{"devices":{{{}}}}}"#, entries.join(",")),
+    )
+    .unwrap();
+    let rep = state.path().join("report.json");
+    let fx = fixture().display().to_string();
+    let mnt = fs.mnt.display().to_string();
+    let cmd = [fx.as_str(), "run", mnt.as_str()];
+    let launch = || {
+        fs.evict();
+        let out = run(Command::new(warmstart())
+            .args(["run", "--state-dir"])
+            .arg(state.path())
+            .args(["--profile", "fixture", "--report"])
+            .arg(&rep)
+            .arg("--")
+            .args(cmd));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        report(&rep)
+    };
+    for _ in 0..2 {
+        launch();
+    }
+    let plan_path = state.path().join("profiles/fixture/plan");
+    let load = |p: &Path| warmstart_plan::Plan::from_bytes(&std::fs::read(p).unwrap()).unwrap();
+    assert!(
+        load(&plan_path).meta.sorted,
+        "compiled in physical order: {} {}",
+        report(&rep),
+        std::fs::read_to_string(state.path().join("devices.json")).unwrap()
+    );
+    let r = launch();
+    assert_eq!(r["strategy"], "sorted", "{r}");
+    assert!(r["held_ms"].as_f64().is_some(), "the program was held: {r}");
+
+    // A plan in first-use order (compiled before the device was measured)
+    // is not held for: it runs beside the program, and is compiled again.
+    let prof = state.path().join("profiles/fixture");
+    run_ok(
+        Command::new(warmstart())
+            .args(["compile", "-q"])
+            .arg(prof.join("trace-0"))
+            .arg(prof.join("trace-1"))
+            .arg("-o")
+            .arg(&plan_path),
+    );
+    assert!(!load(&plan_path).meta.sorted);
+    let r = launch();
+    assert_eq!(r["strategy"], "concurrent", "{r}");
+    assert!(r["compiled"].is_string(), "compiled again: {r}");
+    assert!(load(&plan_path).meta.sorted);
+}
+
+#[test]
 fn root_run_rejects_bad_plans_and_still_launches() {
     if !require_root("root_run_rejects_bad_plans_and_still_launches") {
         return;

@@ -102,13 +102,17 @@ pub(crate) fn judge(
                 eprintln!("warmstart: could not keep the audit trace: {e}");
             }
         }
-    } else if prof.phase == Phase::Prefetching && predates_used_only(plan, cfg) {
+    } else if prof.phase == Phase::Prefetching
+        && (predates_used_only(plan, cfg) || wants_physical_order(plan, store, cfg))
+    {
         // A plan from a warmstart before the used-only pass still reads
-        // what the kernel read ahead and no launch used: compiled again
-        // from the profile's traces, after this launch. Only from all of
-        // them: with one unreadable the plan stays as it is (and this is
-        // tried again after the next launch, for the cost of reading them).
-        // Traces of format 1.0 mark no page unused; their plan is the same.
+        // what the kernel read ahead and no launch used, and one compiled
+        // before its device was found to seek is in first-use order:
+        // compiled again from the profile's traces, after this launch.
+        // Only from all of them: with one unreadable the plan stays as it
+        // is (and this is tried again after the next launch, for the cost
+        // of reading them). Traces of format 1.0 mark no page unused;
+        // their plan is the same.
         let traces: Option<Vec<Trace>> = read_traces(store, prof)
             .into_iter()
             .map(|(_, t)| t.ok())
@@ -119,6 +123,14 @@ pub(crate) fn judge(
             }
         }
     }
+}
+
+/// Whether `plan` is in first-use order while its device seeks, so that
+/// the sorted strategy would want it in physical order.
+fn wants_physical_order(plan: &Plan, store: &Store, cfg: &Config) -> bool {
+    !plan.meta.sorted
+        && !cfg.compile.sorted
+        && super::prefetch::strategy(plan, store, cfg) == super::Strategy::Sorted
 }
 
 /// Whether `plan` was compiled before the used-only pass existed (its
