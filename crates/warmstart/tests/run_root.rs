@@ -478,10 +478,13 @@ fn root_run_wrapper_is_transparent() {
                 "SigIgn",
                 "/proc/self/status",
             ]);
-        // SAFETY: only signal(2) between fork and exec.
+        // SAFETY: only signal(2) between fork and exec. SIGINT is set to
+        // its default too: a test run in the background of a shell without
+        // job control inherits it ignored.
         unsafe {
             cmd.pre_exec(|| {
                 libc::signal(libc::SIGHUP, libc::SIG_IGN);
+                libc::signal(libc::SIGINT, libc::SIG_DFL);
                 Ok(())
             });
         }
