@@ -78,6 +78,22 @@ impl DeviceCache {
     }
 }
 
+/// Whether the device under `plan` seeks, by the verdict kept in
+/// `cache_path` (a state directory's `devices.json`) for the device of
+/// the plan's largest file, measured and kept there when it has none.
+/// `None` when the plan has no file or the file cannot be measured.
+pub fn plan_seeks(plan: &warmstart_plan::Plan, cache_path: &Path) -> Option<bool> {
+    let big = plan.files.iter().max_by_key(|f| f.id.size)?;
+    let mut cache = DeviceCache::load(cache_path);
+    if let Some(v) = cache.devices.get(&big.id.dev).filter(|v| v.is_current()) {
+        return Some(v.rotational);
+    }
+    let (dev, v) = probe(Path::new(&big.path))?;
+    cache.devices.insert(dev, v);
+    cache.save(cache_path);
+    Some(v.rotational)
+}
+
 /// Measures the device holding `sample` (a file of at least a few MiB is
 /// best). Returns None if the file cannot be read with O_DIRECT, or is not
 /// a regular file: `sample` is a path from a plan, which an unprivileged

@@ -13,7 +13,7 @@ use warmstart_replay::{Engine, RealBackend};
 use super::judge::judge;
 use super::learning::add_trace;
 use super::{Config, LaunchReport, Strategy, StrategyChoice};
-use crate::device::{self, DeviceCache};
+use crate::device;
 use crate::store::{Profile, Store};
 use crate::Error;
 
@@ -21,32 +21,14 @@ use crate::Error;
 /// device. (A plan is compiled in physical order for a device that seeks:
 /// see `compile_profile`.)
 pub(super) fn strategy(plan: &Plan, store: &Store, cfg: &Config) -> Strategy {
-    if let StrategyChoice::Fixed(s) = cfg.strategy {
-        return s;
-    }
-    let Some(big) = plan.files.iter().max_by_key(|f| f.id.size) else {
-        return Strategy::Concurrent;
-    };
-    let cache_path = store.root().join("devices.json");
-    let mut cache = DeviceCache::load(&cache_path);
-    if let Some(v) = cache.devices.get(&big.id.dev).filter(|v| v.is_current()) {
-        return if v.rotational {
-            Strategy::Sorted
-        } else {
-            Strategy::Concurrent
-        };
-    }
-    match device::probe(Path::new(&big.path)) {
-        Some((dev, v)) => {
-            cache.devices.insert(dev, v);
-            cache.save(&cache_path);
-            if v.rotational {
-                Strategy::Sorted
-            } else {
-                Strategy::Concurrent
+    match cfg.strategy {
+        StrategyChoice::Fixed(s) => s,
+        StrategyChoice::Auto => {
+            match device::plan_seeks(plan, &store.root().join("devices.json")) {
+                Some(true) => Strategy::Sorted,
+                _ => Strategy::Concurrent,
             }
         }
-        None => Strategy::Concurrent,
     }
 }
 
