@@ -272,20 +272,31 @@ fn btrfs_testbed_runs_commands_root() {
     }
 }
 
+/// An ext4 testbed on `profile` whose image holds, besides the small
+/// contents, a directory of `/var/tmp` with a `mib` MiB file `blob`:
+/// (cache dir, that directory, the blob's bytes, the testbed).
+fn blob_testbed(
+    profile: Profile,
+    mib: usize,
+) -> (tempfile::TempDir, tempfile::TempDir, Vec<u8>, Testbed) {
+    let cache = tempfile::tempdir().unwrap();
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let blob: Vec<u8> = (0..mib << 20).map(|i| (i * 7 % 251) as u8).collect();
+    fs::write(src.path().join("blob"), &blob).unwrap();
+    let mut s = spec(Fs::Ext4, cache.path());
+    s.contents.push(src.path().to_path_buf());
+    s.storage = Some(profile);
+    let tb = Testbed::prepare(s).unwrap();
+    (cache, src, blob, tb)
+}
+
 #[test]
 fn sd_profile_throttles_reads_root() {
     if !warmstart_testing::require_root("sd_profile_throttles_reads_root") {
         return;
     }
     const MIB: usize = 4;
-    let cache = tempfile::tempdir().unwrap();
-    let src = tempfile::tempdir_in("/var/tmp").unwrap();
-    let blob: Vec<u8> = (0..MIB << 20).map(|i| (i * 7 % 251) as u8).collect();
-    fs::write(src.path().join("blob"), &blob).unwrap();
-    let mut s = spec(Fs::Ext4, cache.path());
-    s.contents.push(src.path().to_path_buf());
-    s.storage = Some(Profile::Sd);
-    let tb = Testbed::prepare(s).unwrap();
+    let (cache, src, blob, tb) = blob_testbed(Profile::Sd, MIB);
     assert!(tb.direct_io(), "the loop does direct I/O to the FUSE file");
     let served = warmstart_loops()
         .into_iter()
@@ -538,14 +549,7 @@ fn hdd_profile_charges_for_seeks_root() {
         return;
     }
     const MIB: usize = 4;
-    let cache = tempfile::tempdir().unwrap();
-    let src = tempfile::tempdir_in("/var/tmp").unwrap();
-    let blob: Vec<u8> = (0..MIB << 20).map(|i| (i * 7 % 251) as u8).collect();
-    fs::write(src.path().join("blob"), &blob).unwrap();
-    let mut s = spec(Fs::Ext4, cache.path());
-    s.contents.push(src.path().to_path_buf());
-    s.storage = Some(Profile::Hdd);
-    let tb = Testbed::prepare(s).unwrap();
+    let (cache, src, blob, tb) = blob_testbed(Profile::Hdd, MIB);
     let inside = tb
         .root()
         .join(src.path().strip_prefix("/").unwrap())

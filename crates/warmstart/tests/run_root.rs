@@ -243,17 +243,14 @@ fn root_run_sorts_the_plan_of_a_device_that_seeks() {
     // The probe's verdict, as a hard disk measures (a random read costs
     // more than half a sequential MiB), for the devices the launch reads:
     // the loop device and the one holding the fixture and its libraries.
-    let verdict = r#"{"rotational":true,"median_read_us":9000.0,"seq_mib_us":7000.0}"#;
-    let devs = [
-        std::fs::metadata(&fs.mnt).unwrap().dev(),
-        std::fs::metadata(fixture()).unwrap().dev(),
-    ];
-    let entries: Vec<String> = devs.iter().map(|d| format!(r#""{d}":{verdict}"#)).collect();
-    std::fs::write(
-        state.path().join("devices.json"),
-        format!(r#"{{"devices":{{{}}}}}"#, entries.join(",")),
-    )
-    .unwrap();
+    let mut devices = warmstart_launch::device::DeviceCache::default();
+    for p in [fs.mnt.clone(), fixture()] {
+        let verdict = warmstart_launch::device::Verdict::from_times(9_000.0, Some(7_000.0));
+        devices
+            .devices
+            .insert(std::fs::metadata(p).unwrap().dev(), verdict);
+    }
+    devices.save(&state.path().join("devices.json"));
     let rep = state.path().join("report.json");
     let fx = fixture().display().to_string();
     let mnt = fs.mnt.display().to_string();
