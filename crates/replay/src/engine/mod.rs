@@ -80,8 +80,8 @@ pub struct Options {
     /// While waiting, give up on a file or device whose pending pages
     /// made no progress for this long (they will not become resident),
     /// rather than hold the caller until [`Options::wait`] ends. Pages
-    /// still absent when the wait reaches them are read through once
-    /// first.
+    /// still absent when the wait reaches them are read through first, a
+    /// file's once more after a fifth of this without progress.
     pub wait_stall: Duration,
     /// Metadata ranges of one device are read as one where the hole
     /// between them is at most this many bytes. Default: the compiler's
