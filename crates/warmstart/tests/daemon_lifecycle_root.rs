@@ -71,7 +71,7 @@ fn root_daemon_learn_forget_restart_crash_and_exec_chains() {
     // it at once: the next launch is learned, not prefetched.
     let before = launches(&other_prof);
     run_ok(Command::new(&other).arg("run").arg(&fs.mnt));
-    wait_for("the relearned launch", Duration::from_secs(15), || {
+    d.wait_for("the relearned launch", Duration::from_secs(15), || {
         launches(&other_prof) == before + 1
     });
     assert_learned(&other_prof);
@@ -83,7 +83,7 @@ fn root_daemon_learn_forget_restart_crash_and_exec_chains() {
     fs.evict();
     run_ok(Command::new(&exec_sh).arg("run").arg(&fs.mnt));
     count += 1;
-    wait_for("the launcher's launch", Duration::from_secs(15), || {
+    d.wait_for("the launcher's launch", Duration::from_secs(15), || {
         launches(&fx_prof) == count
     });
     let report = json(&fx_prof.join("last-launch.json"));
@@ -151,7 +151,7 @@ fn root_daemon_learn_forget_restart_crash_and_exec_chains() {
     fs.evict();
     run_ok(Command::new(&child_sh).arg("run").arg(&fs.mnt));
     child_count += 1;
-    wait_for("the script's launch", Duration::from_secs(15), || {
+    d.wait_for("the script's launch", Duration::from_secs(15), || {
         launches(&child_prof) == child_count
     });
     assert_eq!(early(&d), before + 1, "{}", d.status());
@@ -178,7 +178,7 @@ fn root_daemon_learn_forget_restart_crash_and_exec_chains() {
         }
         following
     });
-    wait_for(
+    d.wait_for(
         "the forgotten launch to end",
         Duration::from_secs(15),
         || std::fs::read_to_string(&d.log).is_ok_and(|l| l.contains("not kept")),
@@ -192,7 +192,7 @@ fn root_daemon_learn_forget_restart_crash_and_exec_chains() {
     let out = d.cli("forget", &[&name]);
     assert!(out.status.success());
     run_ok(Command::new(&fx).arg("run").arg(&fs.mnt));
-    wait_for(
+    d.wait_for(
         "the launch after forgetting",
         Duration::from_secs(15),
         || fx_prof.exists() && launches(&fx_prof) == 1,
@@ -228,7 +228,7 @@ fn root_daemon_learn_forget_restart_crash_and_exec_chains() {
     // Restarted, the daemon has its profiles and its learn list.
     let d = Daemon::restart(work.path(), config);
     let mut status = serde_json::Value::Null;
-    wait_for(
+    d.wait_for(
         "the restarted daemon's status",
         Duration::from_secs(10),
         || {
@@ -332,7 +332,7 @@ fn root_daemon_learn_forget_restart_crash_and_exec_chains() {
     let before = launches(&other_prof);
     fs.evict();
     run_ok(Command::new(&other).arg("run").arg(&fs.mnt));
-    wait_for(
+    d.wait_for(
         "the learned program after a restart",
         Duration::from_secs(15),
         || launches(&other_prof) == before + 1,
@@ -340,7 +340,7 @@ fn root_daemon_learn_forget_restart_crash_and_exec_chains() {
     fs.evict();
     run_ok(Command::new(&child_sh).arg("run").arg(&fs.mnt));
     child_count += 1;
-    wait_for(
+    d.wait_for(
         "the script after a restart",
         Duration::from_secs(15),
         || launches(&child_prof) == child_count,

@@ -77,6 +77,22 @@ impl Daemon {
             .map(|v| v["daemon"].clone())
             .unwrap_or(serde_json::Value::Null)
     }
+
+    /// [`wait_for`], failing with the daemon's status and log: what it
+    /// saw is what a timeout needs explained.
+    pub fn wait_for(&self, what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
+        let t = std::time::Instant::now();
+        while !ok() {
+            if t.elapsed() >= timeout {
+                panic!(
+                    "timed out waiting for {what}; daemon status: {}\ndaemon log:\n{}",
+                    self.status(),
+                    std::fs::read_to_string(&self.log).unwrap_or_default()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
 }
 
 /// Launches `cmd` stopped right after its exec (ptrace), lets it go once
