@@ -23,6 +23,12 @@ fn child_records_then_signals_itself() {
         return;
     };
     let sig: i32 = sig.parse().unwrap();
+    // Default, as a terminal's SIGINT is: started from the background of
+    // a shell without job control, this process inherits it ignored, and
+    // the recorder rightly keeps what it inherited.
+    // SAFETY: setting a standard disposition, before any thread exists
+    // that could depend on the old one.
+    unsafe { libc::signal(sig, libc::SIG_DFL) };
     let opts = Options {
         backend: BackendChoice::Mincore,
         idle: Duration::from_millis(200),
