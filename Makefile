@@ -79,7 +79,7 @@ install: release
 	install -m 0755 $(RELEASE_BENCH) /usr/local/bin/warmstart-bench
 	install -d -m 0755 /etc/warmstart /usr/local/share/doc/warmstart/guide /usr/local/share/doc/warmstart/reference
 	[ -e /etc/warmstart/config.toml ] || install -m 0644 dist/config.toml /etc/warmstart/config.toml
-	install -m 0644 README.md docs/benchmarks.md /usr/local/share/doc/warmstart/
+	install -m 0644 README.md docs/benchmarks.md docs/benchmarks-usage.md docs/benchmarks-testbeds.md /usr/local/share/doc/warmstart/
 	install -d -m 0755 /usr/local/share/doc/warmstart/img
 	install -m 0644 docs/img/*.svg /usr/local/share/doc/warmstart/img/
 	install -m 0644 docs/guide/*.md /usr/local/share/doc/warmstart/guide/
