@@ -80,18 +80,14 @@ impl Daemon {
 
     /// [`wait_for`], failing with the daemon's status and log: what it
     /// saw is what a timeout needs explained.
-    pub fn wait_for(&self, what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
-        let t = std::time::Instant::now();
-        while !ok() {
-            if t.elapsed() >= timeout {
-                panic!(
-                    "timed out waiting for {what}; daemon status: {}\ndaemon log:\n{}",
-                    self.status(),
-                    std::fs::read_to_string(&self.log).unwrap_or_default()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+    pub fn wait_for(&self, what: &str, timeout: Duration, ok: impl FnMut() -> bool) {
+        wait_for_explained(what, timeout, ok, || {
+            format!(
+                "; daemon status: {}\ndaemon log:\n{}",
+                self.status(),
+                std::fs::read_to_string(&self.log).unwrap_or_default()
+            )
+        })
     }
 }
 

@@ -175,10 +175,22 @@ impl Drop for Background {
 
 /// Waits, polling every 50 ms, until `ok` holds; fails the test naming
 /// `what` after `timeout`.
-pub fn wait_for(what: &str, timeout: std::time::Duration, mut ok: impl FnMut() -> bool) {
+pub fn wait_for(what: &str, timeout: std::time::Duration, ok: impl FnMut() -> bool) {
+    wait_for_explained(what, timeout, ok, String::new)
+}
+
+/// [`wait_for`], whose failure adds what `explain` says (read only then).
+pub fn wait_for_explained(
+    what: &str,
+    timeout: std::time::Duration,
+    mut ok: impl FnMut() -> bool,
+    explain: impl FnOnce() -> String,
+) {
     let t = std::time::Instant::now();
     while !ok() {
-        assert!(t.elapsed() < timeout, "timed out waiting for {what}");
+        if t.elapsed() >= timeout {
+            panic!("timed out waiting for {what}{}", explain());
+        }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
