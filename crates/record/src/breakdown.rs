@@ -186,6 +186,29 @@ pub struct SleepReason {
     pub waits: u64,
 }
 
+/// One page the launch waited on, and where the replay was with it: the
+/// story of one wait, to tell a page the replay issued too late from one
+/// it issued in time that the device was slow to deliver.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PageWait {
+    pub path: String,
+    /// The page's index in its file (or on its device, for metadata).
+    pub page: u64,
+    pub class: PageClass,
+    /// The launch's sleeps for it.
+    pub wait_ms: f64,
+    /// When the launch first needed it, in ms since the exec.
+    pub needed_ms: f64,
+    /// When the replay issued the request holding it, if it did.
+    pub issued_ms: Option<f64>,
+    /// When the replay's read of it began (its insertion into the page
+    /// cache), if the replay read it.
+    pub replay_read_ms: Option<f64>,
+}
+
+/// How many pages [`Breakdown::longest_waits`] keeps.
+const TOP_WAITS: usize = 10;
+
 /// How many reasons [`Breakdown::unattributed_by`] keeps.
 const TOP_REASONS: usize = 8;
 const NO_PAGE_NAMED: &str = "page wait, no page named";
@@ -233,6 +256,8 @@ pub struct Breakdown {
     pub missed_lag: Lag,
     /// The files the launch waited on longest, longest first.
     pub top_files: Vec<FileWait>,
+    /// The pages the launch waited on longest, longest first.
+    pub longest_waits: Vec<PageWait>,
     pub timeline: Timeline,
     /// Records the tracer lost: when not zero the figures are incomplete.
     pub drops: u64,
@@ -514,7 +539,18 @@ pub fn classify(inp: &Inputs<'_>) -> Breakdown {
     for r in inp.requests {
         requests.entry(r.key).or_default().push(r);
     }
+    let issued_at = |key: Key, page: u64| {
+        requests
+            .get(&key)
+            .into_iter()
+            .flatten()
+            .filter(|r| r.first <= page && page < r.end)
+            .map(|r| r.t_ns)
+            .min()
+    };
+    let since = |t: u64| (t as f64 - exec_ts as f64) / 1e6;
     let mut lags: Vec<u64> = Vec::new();
+    let mut waits: Vec<PageWait> = Vec::new();
     let mut files: HashMap<Key, FileWait> = HashMap::new();
     for (&(key, page), st) in &pages {
         if st.touch.is_none() {
@@ -530,16 +566,20 @@ pub fn classify(inp: &Inputs<'_>) -> Breakdown {
         c.bytes += PAGE;
         c.waits += st.waits;
         c.wait_ms += ms(st.wait_ns);
+        if st.wait_ns > 0 {
+            waits.push(PageWait {
+                path: name_of(inp, key),
+                page,
+                class,
+                wait_ms: ms(st.wait_ns),
+                needed_ms: st.needed().map_or(0.0, since),
+                issued_ms: issued_at(key, page).map(since),
+                replay_read_ms: st.replay_add.map(since),
+            });
+        }
         if class == PageClass::Missed {
             let needed = st.needed().unwrap_or(0);
-            let issued = requests
-                .get(&key)
-                .into_iter()
-                .flatten()
-                .filter(|r| r.first <= page && page < r.end)
-                .map(|r| r.t_ns)
-                .min();
-            match issued {
+            match issued_at(key, page) {
                 Some(t) if t >= needed => lags.push(t - needed),
                 Some(_) => out.missed_lag.issued_before_needed += 1,
                 None => out.missed_lag.never_issued += 1,
@@ -575,8 +615,15 @@ pub fn classify(inp: &Inputs<'_>) -> Breakdown {
     });
     top.truncate(TOP_FILES);
     out.top_files = top;
+    waits.sort_by(|a, b| {
+        b.wait_ms
+            .total_cmp(&a.wait_ms)
+            .then_with(|| a.path.cmp(&b.path))
+            .then_with(|| a.page.cmp(&b.page))
+    });
+    waits.truncate(TOP_WAITS);
+    out.longest_waits = waits;
 
-    let since = |t: u64| (t as f64 - exec_ts as f64) / 1e6;
     out.timeline = Timeline {
         first_request_ms: inp.requests.iter().map(|r| r.t_ns).min().map(since),
         last_request_ms: inp.requests.iter().map(|r| r.t_ns).max().map(since),

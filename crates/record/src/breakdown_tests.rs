@@ -217,6 +217,50 @@ fn a_planned_page_the_launch_read_itself_is_missed_with_the_replays_lag() {
 }
 
 #[test]
+fn the_longest_waits_tell_a_late_page_from_a_missed_one() {
+    let reqs = [
+        // LIB page 3 issued 2 ms before the exec, read from 1 ms before
+        Request::of_bytes(key(LIB), 0, 4 * PAGE, 8 * MS),
+        // DATA page 0 issued 30 ms after the launch read it itself
+        Request::of_bytes(key(DATA), 0, PAGE, 40 * MS),
+    ];
+    let b = run(
+        &[
+            add_replay(9, LIB, 0, 4),
+            exec(10),
+            // late: faulted on 2 ms after the exec, waited 5 ms
+            fault(ROOT, 12, LIB, 3),
+            sleep(ROOT, 12, 17),
+            // missed: inserted by the launch at 20 ms, waited 8 ms
+            add_launch(ROOT, 20, DATA, 0, 1),
+            sleep(ROOT, 21, 29),
+            get(ROOT, 30, DATA, 0, 1),
+            // prefetched and not waited for: not listed
+            get(ROOT, 31, LIB, 0, 1),
+        ],
+        &reqs,
+    );
+    let w = &b.longest_waits;
+    assert_eq!(w.len(), 2, "only pages waited on: {w:?}");
+    assert_eq!(
+        (w[0].path.as_str(), w[0].page, w[0].class),
+        ("/srv/data", 0, PageClass::Missed)
+    );
+    assert!((w[0].wait_ms - 8.0).abs() < 1e-9);
+    assert_eq!(w[0].needed_ms, 10.0);
+    assert_eq!(w[0].issued_ms, Some(30.0));
+    assert_eq!(w[0].replay_read_ms, None);
+    assert_eq!(
+        (w[1].path.as_str(), w[1].page, w[1].class),
+        ("/usr/lib/libx.so", 3, PageClass::Late)
+    );
+    assert!((w[1].wait_ms - 5.0).abs() < 1e-9);
+    assert_eq!(w[1].needed_ms, 2.0);
+    assert_eq!(w[1].issued_ms, Some(-2.0));
+    assert_eq!(w[1].replay_read_ms, Some(-1.0));
+}
+
+#[test]
 fn a_page_outside_the_plan_is_not_in_plan_and_named_from_the_trace() {
     let b = run(
         &[

@@ -155,4 +155,20 @@ fn root_breakdown_shows_a_file_the_plan_lacks_as_not_in_plan() {
             assert_eq!(f["not_in_plan"], 0, "{f:#}");
         }
     }
+    // cat waited for `extra` from the loop device: its pages are among the
+    // longest waits, as the launch's own reads, never the replay's.
+    let waits = b["longest_waits"].as_array().unwrap();
+    let extra: Vec<_> = waits
+        .iter()
+        .filter(|w| w["path"].as_str().unwrap().ends_with("/extra"))
+        .collect();
+    assert!(!extra.is_empty(), "{b:#}");
+    for w in extra {
+        assert_eq!(w["class"], "not-in-plan", "{w:#}");
+        assert!(
+            w["issued_ms"].is_null() && w["replay_read_ms"].is_null(),
+            "{w:#}"
+        );
+        assert!(w["wait_ms"].as_f64().unwrap() > 0.0, "{w:#}");
+    }
 }

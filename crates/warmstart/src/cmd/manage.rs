@@ -163,6 +163,25 @@ fn breakdown_summary(b: &warmstart_record::breakdown::Breakdown) -> String {
             f.wait_ms, f.path, f.pages, f.late, f.missed, f.not_in_plan
         );
     }
+    if !b.longest_waits.is_empty() {
+        let _ = writeln!(
+            s,
+            "  longest waits (ms from the exec: needed, issued by the replay, its read began):"
+        );
+    }
+    for w in b.longest_waits.iter().take(5) {
+        let _ = writeln!(
+            s,
+            "  {:>8.1} ms  {} page {} ({}): needed {}, issued {}, read {}",
+            w.wait_ms,
+            w.path,
+            w.page,
+            class_name(w.class),
+            at(Some(w.needed_ms)),
+            at(w.issued_ms),
+            at(w.replay_read_ms)
+        );
+    }
     if b.drops > 0 {
         let _ = writeln!(
             s,
@@ -171,6 +190,17 @@ fn breakdown_summary(b: &warmstart_record::breakdown::Breakdown) -> String {
         );
     }
     s
+}
+
+fn class_name(c: warmstart_record::breakdown::PageClass) -> &'static str {
+    use warmstart_record::breakdown::PageClass;
+    match c {
+        PageClass::Resident => "resident",
+        PageClass::Prefetched => "prefetched",
+        PageClass::Late => "late",
+        PageClass::Missed => "missed",
+        PageClass::NotInPlan => "not in plan",
+    }
 }
 
 /// The state directory `status` and `forget` look at when no daemon
