@@ -449,7 +449,7 @@ pub struct RunArgs {
     /// Write the launch report as JSON to this file.
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
-    /// Break a prefetched launch down: every page it touched by who read it (resident, prefetched, late, missed, not-in-plan) and how long it waited. Implies --audit; adds a second BPF tracer. Printed with -v or without --report; in the report as `breakdown`.
+    /// Break a prefetched launch down: every page it touched by who read it (resident, prefetched, late, missed, not-in-plan) and how long it waited, and the pages it waited on longest with when the replay issued them. Implies --audit; adds a second BPF tracer. Printed with -v or without --report; in the report as `breakdown`.
     #[arg(long)]
     pub breakdown: bool,
     /// The command to launch and its arguments, after `--`.
