@@ -179,7 +179,7 @@ pub(crate) mod tests {
         assert_eq!(lines[1], "demo,0,0,cold,2.000000,0,0.0000,,");
         assert!(lines.contains(&"demo,0,,bound,1.000000,,,,"), "{text}");
         assert!(
-            lines.contains(&"demo,1,2,warmstart,1.250000,0,,4096,"),
+            lines.contains(&"demo,1,3,warmstart,1.250000,0,,4096,"),
             "{text}"
         );
     }
