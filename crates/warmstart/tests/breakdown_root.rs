@@ -155,20 +155,37 @@ fn root_breakdown_shows_a_file_the_plan_lacks_as_not_in_plan() {
             assert_eq!(f["not_in_plan"], 0, "{f:#}");
         }
     }
-    // cat waited for `extra` from the loop device: its pages are among the
-    // longest waits, as the launch's own reads, never the replay's.
+    // The pages waited on longest: at most ten, longest first, each with
+    // a wait, none longer than the launch's whole wait. Pages of `extra`
+    // were the launch's own reads, never issued nor read by the replay;
+    // those of `a` and `b` are the plan's.
     let waits = b["longest_waits"].as_array().unwrap();
-    let extra: Vec<_> = waits
+    assert!(b["not_in_plan"]["wait_ms"].as_f64().unwrap() > 0.0, "{b:#}");
+    assert!(!waits.is_empty() && waits.len() <= 10, "{b:#}");
+    let ms: Vec<f64> = waits
         .iter()
-        .filter(|w| w["path"].as_str().unwrap().ends_with("/extra"))
+        .map(|w| w["wait_ms"].as_f64().unwrap())
         .collect();
-    assert!(!extra.is_empty(), "{b:#}");
-    for w in extra {
-        assert_eq!(w["class"], "not-in-plan", "{w:#}");
-        assert!(
-            w["issued_ms"].is_null() && w["replay_read_ms"].is_null(),
-            "{w:#}"
-        );
-        assert!(w["wait_ms"].as_f64().unwrap() > 0.0, "{w:#}");
+    assert!(ms.windows(2).all(|p| p[0] >= p[1]), "{ms:?}");
+    assert!(ms.iter().all(|&m| m > 0.0), "{ms:?}");
+    assert!(
+        ms.iter().sum::<f64>() <= b["wait_ms"].as_f64().unwrap() + 1e-6,
+        "{b:#}"
+    );
+    for w in waits {
+        let p = w["path"].as_str().unwrap();
+        if p.ends_with("/extra") {
+            assert_eq!(w["class"], "not-in-plan", "{w:#}");
+            assert!(
+                w["issued_ms"].is_null() && w["replay_read_ms"].is_null(),
+                "{w:#}"
+            );
+        }
+        if p.ends_with("/a") || p.ends_with("/b") {
+            assert_ne!(w["class"], "not-in-plan", "{w:#}");
+        }
+        if w["class"] == "late" {
+            assert!(w["replay_read_ms"].is_number(), "{w:#}");
+        }
     }
 }
