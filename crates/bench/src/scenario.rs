@@ -217,7 +217,7 @@ mod tests {
             for i in 0..n {
                 assert!(places[i].iter().all(|&c| c == each), "n={n}: {places:?}");
                 for j in 0..n {
-                    let want = if i == j { 0 } else { rows / n };
+                    let want = if i == j { 0 } else { each };
                     assert_eq!(follows[i][j], want, "n={n}: {i} then {j}: {follows:?}");
                 }
             }
