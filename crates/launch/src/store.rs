@@ -456,6 +456,20 @@ pub fn now_ms() -> u64 {
 /// removed if anything fails; a symlink at `path` is replaced, never
 /// written through.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
+    write_new(path, bytes, true)
+}
+
+/// Replaces `path` with `bytes` atomically, as [`write_atomic`] does, but
+/// without waiting for them to reach the disk: for files whose loss in a
+/// crash costs nothing (a launch report), which a reader must still
+/// never find half-written. For a 20 KB report on this VM's disk the two
+/// `fsync`s tripled the write: 1.05 ms against 0.35 ms (medians of 30),
+/// paid after the program exited.
+pub fn write_replace(path: &Path, bytes: &[u8]) -> Result<(), Error> {
+    write_new(path, bytes, false)
+}
+
+fn write_new(path: &Path, bytes: &[u8], durable: bool) -> Result<(), Error> {
     use std::io::Write;
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
@@ -474,18 +488,22 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
         .tempfile_in(dir)
         .map_err(|e| Error::io(path, bare(e)))?;
     tmp.write_all(bytes).map_err(|e| Error::io(path, bare(e)))?;
-    // Durable before it is visible: after a crash the name holds either
-    // the old bytes or all of the new ones, never an empty file (ext4's
-    // delayed allocation would otherwise allow that).
-    tmp.as_file()
-        .sync_all()
-        .map_err(|e| Error::io(path, bare(e)))?;
+    if durable {
+        // Durable before it is visible: after a crash the name holds either
+        // the old bytes or all of the new ones, never an empty file (ext4's
+        // delayed allocation would otherwise allow that).
+        tmp.as_file()
+            .sync_all()
+            .map_err(|e| Error::io(path, bare(e)))?;
+    }
     tmp.persist(path)
         .map_err(|e| Error::io(path, bare(e.error)))?;
-    // And the rename itself.
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| Error::io(dir, e))?;
+    if durable {
+        // And the rename itself.
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| Error::io(dir, e))?;
+    }
     Ok(())
 }
 
@@ -514,28 +532,37 @@ mod tests {
     use super::*;
 
     #[test]
-    fn write_atomic_replaces_never_follows_and_leaves_nothing_behind() {
-        let d = tempfile::tempdir().unwrap();
-        let victim = d.path().join("victim");
-        std::fs::write(&victim, "keep").unwrap();
-        // A symlink at the destination is replaced, not written through.
-        let out = d.path().join("out");
-        std::os::unix::fs::symlink(&victim, &out).unwrap();
-        write_atomic(&out, b"new").unwrap();
-        assert_eq!(std::fs::read(&out).unwrap(), b"new");
-        assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
-        assert!(!std::fs::symlink_metadata(&out).unwrap().is_symlink());
-        // A failed write names the destination and leaves no file.
-        let dir = d.path().join("a-dir");
-        std::fs::create_dir(&dir).unwrap();
-        std::fs::write(dir.join("inside"), "x").unwrap();
-        let err = write_atomic(&dir, b"x").unwrap_err().to_string();
-        assert!(err.starts_with(&dir.display().to_string()), "{err}");
-        let names: Vec<_> = std::fs::read_dir(d.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        assert!(names.iter().all(|n| !n.ends_with(".tmp")), "{names:?}");
+    fn writes_replace_never_follow_and_leave_nothing_behind() {
+        type Writer = fn(&Path, &[u8]) -> Result<(), Error>;
+        for (what, write) in [
+            ("durable", write_atomic as Writer),
+            ("not synced", write_replace as Writer),
+        ] {
+            let d = tempfile::tempdir().unwrap();
+            let victim = d.path().join("victim");
+            std::fs::write(&victim, "keep").unwrap();
+            // A symlink at the destination is replaced, not written through.
+            let out = d.path().join("out");
+            std::os::unix::fs::symlink(&victim, &out).unwrap();
+            write(&out, b"new").unwrap();
+            assert_eq!(std::fs::read(&out).unwrap(), b"new", "{what}");
+            assert_eq!(std::fs::read(&victim).unwrap(), b"keep", "{what}");
+            assert!(!std::fs::symlink_metadata(&out).unwrap().is_symlink());
+            // A failed write names the destination and leaves no file.
+            let dir = d.path().join("a-dir");
+            std::fs::create_dir(&dir).unwrap();
+            std::fs::write(dir.join("inside"), "x").unwrap();
+            let err = write(&dir, b"x").unwrap_err().to_string();
+            assert!(err.starts_with(&dir.display().to_string()), "{what}: {err}");
+            let names: Vec<_> = std::fs::read_dir(d.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            assert!(
+                names.iter().all(|n| !n.ends_with(".tmp")),
+                "{what}: {names:?}"
+            );
+        }
     }
 
     #[test]

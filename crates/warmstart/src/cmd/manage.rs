@@ -44,9 +44,10 @@ pub fn run(args: RunArgs, quiet: bool) -> Result<i32> {
     if let Some(p) = &args.report {
         // The launch happened: its status is the command's, whatever
         // becomes of the report.
-        // Atomically, and never through a symlink planted at that path.
+        // Atomically, and never through a symlink planted at that path;
+        // not synced to disk: the caller waits for it.
         if let Err(e) =
-            warmstart_launch::store::write_atomic(p, &serde_json::to_vec_pretty(&report)?)
+            warmstart_launch::store::write_replace(p, &serde_json::to_vec_pretty(&report)?)
         {
             eprintln!("warmstart: cannot write the report {}: {e}", p.display());
         }
