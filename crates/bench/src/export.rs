@@ -52,8 +52,10 @@ pub fn write_json(results: &Results, w: impl Write) -> Result<()> {
 }
 
 /// Columns: program, round, position, scenario, time_s, exit_code,
-/// resident_before, prefetched_bytes, device_read_bytes (`--fs`). Empty cells where a value does not
-/// apply.
+/// resident_before, prefetched_bytes, device_read_bytes (`--fs`), and for
+/// `run` the wrapper's own costs: wrapper_before_replay_ms,
+/// wrapper_held_ms, wrapper_after_exit_ms. Empty cells where a value does
+/// not apply.
 pub fn write_csv(results: &Results, w: impl Write) -> Result<()> {
     let mut c = csv::Writer::from_writer(w);
     c.write_record([
@@ -66,8 +68,12 @@ pub fn write_csv(results: &Results, w: impl Write) -> Result<()> {
         "resident_before",
         "prefetched_bytes",
         "device_read_bytes",
+        "wrapper_before_replay_ms",
+        "wrapper_held_ms",
+        "wrapper_after_exit_ms",
     ])?;
     let opt = |v: Option<String>| v.unwrap_or_default();
+    let ms = |v: Option<f64>| v.map(|x| format!("{x:.3}")).unwrap_or_default();
     for p in &results.programs {
         for r in &p.runs {
             c.write_record([
@@ -80,6 +86,9 @@ pub fn write_csv(results: &Results, w: impl Write) -> Result<()> {
                 opt(r.resident_before.map(|x| format!("{x:.4}"))),
                 opt(r.prefetched_bytes.map(|x| x.to_string())),
                 opt(r.device_read_bytes.map(|x| x.to_string())),
+                ms(r.wrapper.and_then(|w| w.before_replay_ms)),
+                ms(r.wrapper.and_then(|w| w.held_ms)),
+                ms(r.wrapper.and_then(|w| w.after_exit_ms)),
             ])?;
         }
     }
@@ -101,7 +110,7 @@ pub fn write_file(path: &Path, f: impl FnOnce(&mut Vec<u8>) -> Result<()>) -> Re
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::runner::{run_program, summarize, Executor, Measurement, NoProgress};
+    use crate::runner::{run_program, summarize, Executor, Measurement, NoProgress, WrapperTimes};
     use crate::scenario::Scenario;
     use std::time::Duration;
 
@@ -126,6 +135,11 @@ pub(crate) mod tests {
                 resident_before: (s == Scenario::Cold).then_some(0.0),
                 prefetched_bytes: (s == Scenario::Warmstart).then_some(4096),
                 device_read_bytes: None,
+                wrapper: (s == Scenario::Run).then_some(WrapperTimes {
+                    before_replay_ms: Some(6.5),
+                    held_ms: Some(3.0),
+                    after_exit_ms: Some(1.5),
+                }),
             })
         }
     }
@@ -172,14 +186,21 @@ pub(crate) mod tests {
         assert_eq!(
             lines[0],
             "program,round,position,scenario,time_s,exit_code,resident_before,prefetched_bytes,\
-             device_read_bytes"
+             device_read_bytes,wrapper_before_replay_ms,wrapper_held_ms,wrapper_after_exit_ms"
         );
         // 6 launched + 1 bound per round, 2 rounds.
         assert_eq!(lines.len(), 1 + 14);
-        assert_eq!(lines[1], "demo,0,0,cold,2.000000,0,0.0000,,");
-        assert!(lines.contains(&"demo,0,,bound,1.000000,,,,"), "{text}");
+        assert_eq!(lines[1], "demo,0,0,cold,2.000000,0,0.0000,,,,,");
+        assert!(lines.contains(&"demo,0,,bound,1.000000,,,,,,,"), "{text}");
         assert!(
-            lines.contains(&"demo,1,3,warmstart,1.250000,0,,4096,"),
+            lines.contains(&"demo,1,3,warmstart,1.250000,0,,4096,,,,"),
+            "{text}"
+        );
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("demo,0,")
+                    && l.contains(",run,1.250000,0,,,,6.500,3.000,1.500")),
             "{text}"
         );
     }

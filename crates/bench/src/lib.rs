@@ -144,7 +144,8 @@ pub struct BenchArgs {
     /// Write every run and the summaries as JSON.
     #[arg(long, value_name = "FILE")]
     pub export_json: Option<PathBuf>,
-    /// Write every run as CSV.
+    /// Write every run as CSV (`run` rows add the wrapper's own costs:
+    /// before the replay, held, after the exit, in ms).
     #[arg(long, value_name = "FILE")]
     pub export_csv: Option<PathBuf>,
     /// Write the results as Markdown: the machine and method, then a table

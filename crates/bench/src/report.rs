@@ -182,6 +182,32 @@ pub fn losses(results: &Results) -> Vec<String> {
 }
 
 /// The whole report.
+/// One line on `warmstart run`'s own costs over the launches it
+/// prefetched (medians): what the in-process replay does not pay.
+pub fn wrapper_costs(runs: &[crate::runner::Run]) -> Option<String> {
+    let times: Vec<_> = runs
+        .iter()
+        .filter(|r| r.scenario == Scenario::Run)
+        .filter_map(|r| r.wrapper)
+        .filter(|w| w.before_replay_ms.is_some())
+        .collect();
+    let median = |f: fn(&crate::runner::WrapperTimes) -> Option<f64>| {
+        let v: Vec<f64> = times.iter().filter_map(f).collect();
+        crate::stats::median(&v).map_or("-".into(), |m| format!("{m:.1} ms"))
+    };
+    (!times.is_empty()).then(|| {
+        format!(
+            "run: the wrapper started the replay {} after it began deciding the launch, held \
+             the program {} for the replay's head start, and kept its caller {} after the \
+             program exited (medians of {} prefetched launches)",
+            median(|w| w.before_replay_ms),
+            median(|w| w.held_ms),
+            median(|w| w.after_exit_ms),
+            times.len()
+        )
+    })
+}
+
 pub fn render(results: &Results) -> String {
     let mut out = String::new();
     if let Some(t) = &results.testbed {
@@ -213,6 +239,9 @@ pub fn render(results: &Results) -> String {
             let _ = writeln!(out, "  note: {n}");
         }
         out.push_str(&program_table(&p.summary));
+        if let Some(w) = wrapper_costs(&p.runs) {
+            let _ = writeln!(out, "  {w}");
+        }
         out.push('\n');
     }
     if results.programs.len() > 1 {
@@ -266,6 +295,36 @@ mod tests {
         assert!(line("bound").contains("1.00 s"));
         assert!(line("run").contains("75%"));
         assert!(line("daemon").contains("0.62"));
+        assert!(
+            text.contains(
+                "run: the wrapper started the replay 6.5 ms after it began deciding the launch, \
+                 held the program 3.0 ms for the replay's head start, and kept its caller 1.5 ms \
+                 after the program exited (medians of 2 prefetched launches)"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn wrapper_costs_count_only_prefetched_run_launches() {
+        let mut r = sample();
+        let runs = &mut r.programs[0].runs;
+        // A launch that was learned or found warm starts no replay.
+        for x in runs.iter_mut().filter(|x| x.scenario == Scenario::Run) {
+            x.wrapper.as_mut().unwrap().before_replay_ms = None;
+        }
+        assert_eq!(wrapper_costs(runs), None);
+        runs.iter_mut()
+            .find(|x| x.scenario == Scenario::Run)
+            .unwrap()
+            .wrapper
+            .as_mut()
+            .unwrap()
+            .before_replay_ms = Some(9.0);
+        assert!(wrapper_costs(runs).unwrap().contains("9.0 ms after"));
+        assert!(wrapper_costs(runs)
+            .unwrap()
+            .contains("medians of 1 prefetched"));
     }
 
     #[test]

@@ -30,6 +30,22 @@ pub struct Measurement {
     /// Bytes read from the testbed's loop device while the scenario ran
     /// (its prefetch and launch), with `--fs`.
     pub device_read_bytes: Option<u64>,
+    /// For `run`: the wrapper's own costs, from its report.
+    pub wrapper: Option<WrapperTimes>,
+}
+
+/// What `warmstart run` reported of its own costs for one launch (its
+/// `--report`), to tell them from the replay's: the in-process replay
+/// pays none of them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct WrapperTimes {
+    /// From the wrapper beginning to decide the launch (naming it, reading
+    /// its profile and plan) to the replay's start.
+    pub before_replay_ms: Option<f64>,
+    /// How long the program was held for the replay's head start.
+    pub held_ms: Option<f64>,
+    /// How long the wrapper kept its caller after the program exited.
+    pub after_exit_ms: Option<f64>,
 }
 
 /// One row of the results: a scenario in one round.
@@ -48,6 +64,9 @@ pub struct Run {
     /// Bytes read from the testbed's loop device (`--fs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device_read_bytes: Option<u64>,
+    /// `run` only: the wrapper's own costs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wrapper: Option<WrapperTimes>,
 }
 
 /// What the learning phase produced, for the report.
@@ -144,6 +163,7 @@ pub fn run_program(
                     resident_before: m.resident_before,
                     prefetched_bytes: m.prefetched_bytes,
                     device_read_bytes: m.device_read_bytes,
+                    wrapper: m.wrapper,
                 });
             }
             let (Some(w), Some(p)) = (warm, pf) else {
@@ -160,6 +180,7 @@ pub fn run_program(
                     resident_before: None,
                     prefetched_bytes: None,
                     device_read_bytes: None,
+                    wrapper: None,
                 })
             };
             if scenarios.contains(&Scenario::Bound) {

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 
 use crate::launch::Target;
+use crate::runner::WrapperTimes;
 
 /// The `warmstart` binary to launch for `run` and `daemon`: the
 /// `WARMSTART_BENCH_BIN` environment variable (`warmstart bench` sets it to
@@ -122,15 +123,24 @@ impl Wrapped {
         self.dir.path().join("run-report.json")
     }
 
-    /// What the replay of the last `run_target` launch issued: `None` if it
-    /// ran no replay (learning, or found warm).
-    pub fn run_replay_bytes(&self) -> Option<u64> {
+    /// What the replay of the last `run_target` launch issued (`None` if
+    /// it ran no replay: learning, or found warm), and the wrapper's own
+    /// costs, from its report.
+    pub fn run_outcome(&self) -> (Option<u64>, Option<WrapperTimes>) {
         let p = self.run_report();
         let v: Option<serde_json::Value> = std::fs::read(&p)
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok());
         let _ = std::fs::remove_file(&p);
-        replay_bytes(&v?)
+        let Some(v) = v else {
+            return (None, None);
+        };
+        let times = WrapperTimes {
+            before_replay_ms: v["before_replay_ms"].as_f64(),
+            held_ms: v["held_ms"].as_f64(),
+            after_exit_ms: v["after_exit_ms"].as_f64(),
+        };
+        (replay_bytes(&v), Some(times))
     }
 
     fn daemon_state(&self) -> PathBuf {

@@ -167,6 +167,16 @@ fn root_bench_runs_every_scenario_inside_the_testbed() {
     for s in &scenarios {
         assert_eq!(runs(&r, s).len(), 1, "{s}: {r:#}");
     }
+    // `run` rows carry the wrapper's own costs from its report; a launch
+    // it prefetched says when the replay started.
+    for x in runs(&r, "run") {
+        let w = &x["wrapper"];
+        assert!(w["after_exit_ms"].as_f64().is_some(), "{x:#}");
+        if x["prefetched_bytes"].as_u64().is_some() {
+            assert!(w["before_replay_ms"].as_f64().unwrap() >= 0.0, "{x:#}");
+            assert!(w["held_ms"].as_f64().is_some(), "{x:#}");
+        }
+    }
     // A cold launch reads the 4 MiB file from the loop device; a warm one
     // finds everything cached.
     let cold = device_reads(&r, "cold");

@@ -283,10 +283,12 @@ impl Executor for RealExecutor {
                 let t = self.wrapped()?.run_target(&target);
                 let l = launch::launch(&t, Instant::now())?;
                 self.check(s, &l)?;
+                let (prefetched_bytes, wrapper) = self.wrapped()?.run_outcome();
                 Measurement {
                     time: l.time,
                     exit_code: l.exit_code,
-                    prefetched_bytes: self.wrapped()?.run_replay_bytes(),
+                    prefetched_bytes,
+                    wrapper,
                     ..Default::default()
                 }
             }
