@@ -415,6 +415,21 @@ fn root_run_rebuilds_a_profile_that_does_not_parse() {
         serde_json::from_slice(&std::fs::read(dir.join("profile.json")).unwrap()).unwrap();
     assert_eq!(prof["phase"], "prefetching");
     assert_eq!(prof["traces"].as_array().map(Vec::len), Some(2));
+
+    // A prefetched launch saves its counters without syncing them, so a
+    // crash on a file system that does not flush a file renamed over
+    // another can leave it empty: rebuilt the same way.
+    std::fs::write(dir.join("profile.json"), b"").unwrap();
+    let out = launch();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("rebuilt the profile from its 2 trace(s) and its plan"),
+        "{err}"
+    );
+    let prof: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("profile.json")).unwrap()).unwrap();
+    assert_eq!(prof["phase"], "prefetching");
 }
 
 #[test]

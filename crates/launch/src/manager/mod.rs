@@ -365,7 +365,17 @@ pub fn run(
     report.wall_ms = start.elapsed().as_secs_f64() * 1e3;
     // The launch has happened: a profile that cannot be saved (a full or
     // read-only disk) is reported, and the command's status still returned.
-    if let Err(e) = store.save(&mut prof) {
+    // Only counters changed for a prefetched launch that kept its plan:
+    // saved without making the caller wait for the disk.
+    let counts_only = report.phase_before == Phase::Prefetching
+        && prof.phase == Phase::Prefetching
+        && report.compiled.is_none();
+    let saved = if counts_only {
+        store.save_counts(&mut prof)
+    } else {
+        store.save(&mut prof)
+    };
+    if let Err(e) = saved {
         eprintln!("warmstart: could not save the profile: {e}");
     }
     report.after_exit_ms = report.exited_at.map(|t| t.elapsed().as_secs_f64() * 1e3);
