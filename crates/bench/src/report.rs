@@ -197,9 +197,9 @@ pub fn wrapper_costs(runs: &[crate::runner::Run]) -> Option<String> {
     };
     (!times.is_empty()).then(|| {
         format!(
-            "run: the wrapper started the replay {} after it began deciding the launch, held \
-             the program {} for the replay's head start, and kept its caller {} after the \
-             program exited (medians of {} prefetched launches)",
+            "run's own costs (medians of {3} prefetched launches): replay started {0} after \
+             the wrapper began deciding, program held {1} for the head start, caller kept {2} \
+             after the exit",
             median(|w| w.before_replay_ms),
             median(|w| w.held_ms),
             median(|w| w.after_exit_ms),
@@ -297,9 +297,9 @@ mod tests {
         assert!(line("daemon").contains("0.62"));
         assert!(
             text.contains(
-                "run: the wrapper started the replay 6.5 ms after it began deciding the launch, \
-                 held the program 3.0 ms for the replay's head start, and kept its caller 1.5 ms \
-                 after the program exited (medians of 2 prefetched launches)"
+                "run's own costs (medians of 2 prefetched launches): replay started 6.5 ms after \
+                 the wrapper began deciding, program held 3.0 ms for the head start, caller kept \
+                 1.5 ms after the exit"
             ),
             "{text}"
         );
@@ -321,7 +321,9 @@ mod tests {
             .as_mut()
             .unwrap()
             .before_replay_ms = Some(9.0);
-        assert!(wrapper_costs(runs).unwrap().contains("9.0 ms after"));
+        assert!(wrapper_costs(runs)
+            .unwrap()
+            .contains("replay started 9.0 ms after"));
         assert!(wrapper_costs(runs)
             .unwrap()
             .contains("medians of 1 prefetched"));
