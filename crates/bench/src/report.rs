@@ -181,7 +181,6 @@ pub fn losses(results: &Results) -> Vec<String> {
     out
 }
 
-/// The whole report.
 /// One line on `warmstart run`'s own costs over the launches it
 /// prefetched (medians): what the in-process replay does not pay.
 pub fn wrapper_costs(runs: &[crate::runner::Run]) -> Option<String> {
@@ -208,6 +207,7 @@ pub fn wrapper_costs(runs: &[crate::runner::Run]) -> Option<String> {
     })
 }
 
+/// The whole report.
 pub fn render(results: &Results) -> String {
     let mut out = String::new();
     if let Some(t) = &results.testbed {
