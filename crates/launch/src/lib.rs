@@ -9,14 +9,15 @@
 pub mod daemon;
 pub mod device;
 pub mod history;
+pub mod install;
 mod manager;
 pub mod preload;
 pub mod startup;
 pub mod store;
 
 pub use manager::{
-    compile_traces, mark_relearn, profile_name, profile_name_for, run, Config, LaunchReport,
-    Strategy, StrategyChoice,
+    compile_traces, mark_relearn, profile_name, profile_name_for, run, run_without_recorder,
+    Config, LaunchReport, Strategy, StrategyChoice,
 };
 pub use store::{default_state_dir, Phase, Profile, Store};
 

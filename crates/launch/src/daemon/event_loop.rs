@@ -154,8 +154,9 @@ pub(super) struct Loop<S: EventSource> {
     /// is the wrapped program run in `run`'s own place (its plan was
     /// resident), a launch that `run` counts itself.
     runs: HashMap<u32, Instant>,
-    /// The identity (dev, ino) of the daemon's own binary.
-    self_exe: Option<(u64, u64)>,
+    /// The identities (dev, ino) of the daemon's own binary and of the
+    /// front that runs prefetched launches without it.
+    pub(crate) own_exes: Vec<(u64, u64)>,
     /// Process trees left to `warmstart run` (a program it exec'd in its
     /// place, and its children, followed for their forks and exits only):
     /// none of their execs is a launch of the daemon's.
@@ -205,9 +206,7 @@ impl<S: EventSource> Loop<S> {
             quiet_on: None,
             runs: HashMap::new(),
             left: HashSet::new(),
-            self_exe: warmstart_sys::open::inspect("/proc/self/exe", true)
-                .ok()
-                .map(|(id, _)| (id.dev, id.ino)),
+            own_exes: own_exes(),
         }
     }
 
@@ -695,7 +694,7 @@ impl<S: EventSource> Loop<S> {
             warmstart_record::resolve::kdev_to_user(file.dev as u64),
             file.ino,
         );
-        self.self_exe == Some(id) && argv.and_then(subcommand) == Some("run")
+        self.own_exes.contains(&id) && argv.and_then(subcommand) == Some("run")
     }
 
     /// Tells the kernel side which programs to leave alone: those found
@@ -778,3 +777,20 @@ fn percentiles(v: &[f64]) -> [f64; 3] {
 #[cfg(test)]
 #[path = "event_loop_tests.rs"]
 mod tests;
+
+/// The identities of this binary and of its front (see [`crate::install`]).
+fn own_exes() -> Vec<(u64, u64)> {
+    let id = |p: &std::path::Path| {
+        warmstart_sys::open::inspect(p, true)
+            .ok()
+            .map(|(id, _)| (id.dev, id.ino))
+    };
+    let me = std::path::Path::new("/proc/self/exe");
+    let front = std::fs::read_link(me)
+        .ok()
+        .and_then(|p| crate::install::front_binary(&p));
+    id(me)
+        .into_iter()
+        .chain(front.as_deref().and_then(id))
+        .collect()
+}

@@ -664,7 +664,7 @@ fn a_program_run_execs_in_its_place_is_left_to_run() {
     // This test's binary stands in for warmstart.
     let me = std::env::current_exe().unwrap();
     let id = file_info(&me);
-    h.lp.self_exe = Some((std::fs::metadata(&me).unwrap().dev(), id.ino));
+    h.lp.own_exes = vec![(std::fs::metadata(&me).unwrap().dev(), id.ino)];
     let data = h.data_file("lib.so", 256);
     let exec = |pid: u32, file: FileInfo, argv: &[&str]| Event::Exec {
         uid: me_uid(),

@@ -310,8 +310,9 @@ pub(crate) fn is_service(pid: u32) -> bool {
 }
 
 /// Whether `pid` runs under `warmstart run`, as its child or further
-/// down: the daemon's own binary (or one at the same path: a newer build
-/// installed while the daemon runs) running its `run` command. `run`
+/// down: the daemon's own binary or its front (or one at the same path: a
+/// newer build installed while the daemon runs) running its `run`
+/// command; the front runs a prefetched launch itself. `run`
 /// records and counts the whole tree itself; followed here as well, its
 /// launch would be counted and learned twice, the second time once `run`
 /// had saved it and let go of the profile's lock, and the programs it
@@ -337,9 +338,14 @@ pub(crate) fn started_by_warmstart(proc: &Path, pid: u32) -> bool {
         )
     };
     let me = proc.join("self/exe");
+    let front = path(&me).and_then(|p| crate::install::front_binary(Path::new(&p)));
     // stat, not open: nothing of the ancestors' files is read.
-    let my_id = std::fs::metadata(&me).ok().map(|m| (m.dev(), m.ino()));
-    let my_path = path(&me);
+    let id_of = |p: &Path| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
+    // Each of our binaries by identity and by path.
+    type Known = (Option<(u64, u64)>, Option<String>);
+    let ours: Vec<Known> = std::iter::once((id_of(&me), path(&me)))
+        .chain(front.map(|f| (id_of(&f), Some(f.to_string_lossy().into_owned()))))
+        .collect();
     let mut pid = pid;
     // Bounded: a loop in a forged table, or a very deep tree, ends it.
     for _ in 0..64 {
@@ -348,10 +354,12 @@ pub(crate) fn started_by_warmstart(proc: &Path, pid: u32) -> bool {
             _ => return false,
         }
         let exe = proc.join(pid.to_string()).join("exe");
-        let id = std::fs::metadata(&exe).ok().map(|m| (m.dev(), m.ino()));
-        if ((id.is_some() && id == my_id) || (my_path.is_some() && path(&exe) == my_path))
-            && command_of(proc, pid).as_deref() == Some("run")
-        {
+        let id = id_of(&exe);
+        let exe_path = path(&exe);
+        let is_ours = |(my_id, my_path): &Known| {
+            (id.is_some() && id == *my_id) || (my_path.is_some() && exe_path == *my_path)
+        };
+        if ours.iter().any(is_ours) && command_of(proc, pid).as_deref() == Some("run") {
             return true;
         }
     }
@@ -401,13 +409,22 @@ mod tests {
         let p = d.path();
         let bin = p.join("bin");
         std::fs::create_dir_all(&bin).unwrap();
-        std::fs::write(bin.join("warmstart"), "").unwrap();
-        std::fs::write(bin.join("sh"), "").unwrap();
+        // The daemon is the core; `run` is the front, beside it here as in
+        // the build tree, or the core itself (a launch handed over).
+        for b in ["warmstart", "warmstart-core", "sh"] {
+            std::fs::write(bin.join(b), "").unwrap();
+            std::fs::set_permissions(
+                bin.join(b),
+                std::os::unix::fs::PermissionsExt::from_mode(0o755),
+            )
+            .unwrap();
+        }
         for (pid, ppid, exe, cmd) in [
-            ("self", 0, "warmstart", "warmstart\0daemon\0"),
+            ("self", 0, "warmstart-core", "warmstart\0daemon\0"),
             ("7", 1, "warmstart", "warmstart\0-q\0run\0--\0app\0"),
             ("8", 1, "sh", "sh\0run\0"),
             ("9", 1, "warmstart", "warmstart\0bench\0run\0"),
+            ("10", 1, "warmstart-core", "warmstart\0run\0--\0app\0"),
         ] {
             std::fs::create_dir_all(p.join(pid)).unwrap();
             std::fs::write(p.join(pid).join("cmdline"), cmd).unwrap();
@@ -418,7 +435,15 @@ mod tests {
             .unwrap();
             std::os::unix::fs::symlink(bin.join(exe), p.join(pid).join("exe")).unwrap();
         }
-        for (pid, ppid) in [(42, 7), (43, 8), (44, 99), (50, 42), (51, 43), (52, 9)] {
+        for (pid, ppid) in [
+            (42, 7),
+            (43, 8),
+            (44, 99),
+            (50, 42),
+            (51, 43),
+            (52, 9),
+            (53, 10),
+        ] {
             std::fs::create_dir_all(p.join(pid.to_string())).unwrap();
             std::fs::write(p.join(format!("{pid}/status")), format!("PPid:\t{ppid}\n")).unwrap();
         }
@@ -434,6 +459,10 @@ mod tests {
         assert!(
             !started_by_warmstart(p, 52),
             "a launch of `warmstart bench`"
+        );
+        assert!(
+            started_by_warmstart(p, 53),
+            "a launch handed over to the core"
         );
     }
 

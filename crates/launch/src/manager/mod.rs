@@ -207,6 +207,44 @@ pub fn run(
     profile: Option<&str>,
     cfg: &Config,
 ) -> Result<(Exit, LaunchReport), Error> {
+    match run_with::<true>(argv, profile, cfg)? {
+        Some(done) => Ok(done),
+        None => unreachable!("a launch with the recorder linked in is never handed over"),
+    }
+}
+
+/// [`run`] for a binary that does not link the recorder (`warmstart`'s
+/// small front, which every wrapped launch reads from a cold disk): a
+/// launch that needs it (learning, relearning, audited or broken down)
+/// returns `None` before anything is launched or saved, for the caller to
+/// hand over to the full binary.
+pub fn run_without_recorder(
+    argv: &[OsString],
+    profile: Option<&str>,
+    cfg: &Config,
+) -> Result<Option<(Exit, LaunchReport)>, Error> {
+    run_with::<false>(argv, profile, cfg)
+}
+
+/// Whether a launch in `phase` needs the recorder: learning and relearning
+/// record it; a prefetched launch is traced when audited (`audit_next`,
+/// the profile's turn; `cfg.audit`, always) or broken down.
+fn needs_recorder(phase: Phase, audit_next: bool, cfg: &Config) -> bool {
+    match phase {
+        Phase::Learning => true,
+        Phase::Prefetching => audit_next || cfg.audit || cfg.breakdown,
+        Phase::Ignored => false,
+    }
+}
+
+/// The launch manager. `RECORDER` false compiles out every path that
+/// records (the recorder is most of the binary's size); those launches
+/// return `None` instead.
+fn run_with<const RECORDER: bool>(
+    argv: &[OsString],
+    profile: Option<&str>,
+    cfg: &Config,
+) -> Result<Option<(Exit, LaunchReport)>, Error> {
     let start = Instant::now();
     // The command line as text, for its profile and messages; the command
     // itself runs with its arguments' bytes as given.
@@ -224,7 +262,7 @@ pub fn run(
     };
     // No state to keep, or none that can be read: the launch still
     // happens, unmanaged.
-    let unmanaged = |why: &dyn std::fmt::Display| -> Result<(Exit, LaunchReport), Error> {
+    let unmanaged = |why: &dyn std::fmt::Display| -> Result<Option<(Exit, LaunchReport)>, Error> {
         eprintln!("warmstart: {why}; launching without prefetching");
         if cfg.exec_in_place {
             let source = warmstart_record::exec_in_place(program.as_deref(), argv);
@@ -238,7 +276,7 @@ pub fn run(
         report.phase_after = Phase::Ignored;
         report.exit_code = exit.shell_code();
         report.wall_ms = start.elapsed().as_secs_f64() * 1e3;
-        Ok((exit, report))
+        Ok(Some((exit, report)))
     };
     let store = match Store::open(&cfg.state_dir) {
         Ok(s) => s,
@@ -282,6 +320,9 @@ pub fn run(
         // Unreadable (permissions, I/O): left as it is.
         Err(e) => return unmanaged(&e),
     };
+    if !RECORDER && needs_recorder(prof.phase, prof.audit_next, cfg) {
+        return Ok(None);
+    }
     let mut report = LaunchReport::new(&name, prof.phase);
     report.started_at = Some(start);
     prof.launches += 1;
@@ -299,7 +340,7 @@ pub fn run(
         Phase::Ignored if cfg.exec_in_place => return Err(in_place(&store)),
         Phase::Ignored => plain_launch(argv)?.0,
         Phase::Learning => match load_previous_plan(&store, &name) {
-            Some(plan) => prefetch(
+            Some(plan) => prefetch::<RECORDER>(
                 argv,
                 &plan,
                 Launch::Relearn,
@@ -308,7 +349,8 @@ pub fn run(
                 cfg,
                 &mut report,
             )?,
-            None => learn(argv, &store, &mut prof, cfg, &mut report)?,
+            None if RECORDER => learn(argv, &store, &mut prof, cfg, &mut report)?,
+            None => unreachable!("handed over above"),
         },
         // Do no harm: a launch whose plan is already in the page cache
         // gains nothing from a replay and would only share its CPUs with
@@ -339,7 +381,7 @@ pub fn run(
                         return Err(in_place(&store));
                     }
                     let launch = Launch::Prefetch { warm };
-                    prefetch(argv, &plan, launch, &store, &mut prof, cfg, &mut report)?
+                    prefetch::<RECORDER>(argv, &plan, launch, &store, &mut prof, cfg, &mut report)?
                 }
                 Err(why) => {
                     eprintln!("warmstart: {why}; launching without prefetching, and relearning");
@@ -379,5 +421,5 @@ pub fn run(
         eprintln!("warmstart: could not save the profile: {e}");
     }
     report.after_exit_ms = report.exited_at.map(|t| t.elapsed().as_secs_f64() * 1e3);
-    Ok((exit, report))
+    Ok(Some((exit, report)))
 }

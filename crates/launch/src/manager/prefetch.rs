@@ -41,7 +41,9 @@ pub(super) enum Launch {
     Relearn,
 }
 
-pub(super) fn prefetch(
+/// `RECORDER` false: the caller handed over every launch that records or
+/// traces (see `run_without_recorder`), and this compiles without them.
+pub(super) fn prefetch<const RECORDER: bool>(
     argv: &[OsString],
     plan: &Plan,
     launch: Launch,
@@ -52,7 +54,7 @@ pub(super) fn prefetch(
 ) -> Result<Exit, Error> {
     let relearning = launch == Launch::Relearn;
     // A breakdown names the files the plan lacks from the audit trace.
-    let do_audit = cfg.audit || cfg.breakdown || prof.audit_next || relearning;
+    let do_audit = RECORDER && (cfg.audit || cfg.breakdown || prof.audit_next || relearning);
     if launch == (Launch::Prefetch { warm: true }) {
         report.warm_skip = true;
         let (exit, inblock) = plain_launch(argv)?;
@@ -96,7 +98,7 @@ pub(super) fn prefetch(
 
     // Loaded before the launch is spawned: the held child waits only for
     // its pid to be tracked.
-    let waits = if cfg.breakdown {
+    let waits = if RECORDER && cfg.breakdown {
         match warmstart_record::waits::WaitSession::start() {
             Ok(w) => Some(w),
             Err(e) => {
