@@ -21,6 +21,9 @@ DEB_PACKAGES := clang llvm libelf-dev zlib1g-dev pkg-config make e2fsprogs xfspr
 # too; evaluated when used, after `deps` has installed rustc.
 HOST = $(shell rustc -vV | sed -n 's/^host: //p')
 RELEASE = target/$(HOST)/release/warmstart
+# The full binary the small `warmstart` hands every command but a
+# prefetched launch to; installed in ../lib/warmstart/ from it.
+RELEASE_CORE = target/$(HOST)/release/warmstart-core
 # The benchmark harness, a binary of its own that `warmstart bench` runs:
 # installed beside warmstart, so the product binary does not carry it.
 RELEASE_BENCH = target/$(HOST)/release/warmstart-bench
@@ -76,6 +79,8 @@ bench: release
 
 install: release
 	install -m 0755 $(RELEASE) /usr/local/bin/warmstart
+	install -d -m 0755 /usr/local/lib/warmstart
+	install -m 0755 $(RELEASE_CORE) /usr/local/lib/warmstart/warmstart-core
 	install -m 0755 $(RELEASE_BENCH) /usr/local/bin/warmstart-bench
 	install -d -m 0755 /etc/warmstart /usr/local/share/doc/warmstart/guide /usr/local/share/doc/warmstart/reference
 	[ -e /etc/warmstart/config.toml ] || install -m 0644 dist/config.toml /etc/warmstart/config.toml

@@ -237,8 +237,12 @@ pub fn run_inside(
     spec.binds.push(exe.clone());
     let warmstart = crate::wrapped::warmstart_binary().filter(|b| b.is_file());
     if let Some(b) = &warmstart {
-        spec.binds
-            .push(b.canonicalize().unwrap_or_else(|_| b.clone()));
+        let b = b.canonicalize().unwrap_or_else(|_| b.clone());
+        // The full binary it hands learning launches and the daemon to.
+        if let Some(core) = warmstart_launch::install::core_binary(&b) {
+            spec.binds.push(core.canonicalize().unwrap_or(core));
+        }
+        spec.binds.push(b);
     }
     spec.binds.extend(o.binds.iter().cloned());
     for b in &spec.binds {

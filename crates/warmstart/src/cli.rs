@@ -32,19 +32,25 @@ impl Cli {
     /// so it is parsed with its own definition alone: building all eleven
     /// subcommands took 0.4 ms, a fifth of a warm launch's 2 ms budget.
     pub fn parse_args() -> Cli {
+        Cli::parse_front().unwrap_or_else(Cli::parse)
+    }
+
+    /// The two commands the front binary parses itself: `bench`, handed
+    /// to `warmstart-bench`, and `run`. `None` for every other command.
+    pub fn parse_front() -> Option<Cli> {
         if let Some(cli) = bench_handover(std::env::args_os().skip(1)) {
-            return cli;
+            return Some(cli);
         }
         if std::env::args_os().nth(1).is_some_and(|a| a == "run") {
             let mut args = std::env::args_os();
             let argv0 = args.next().unwrap_or_default();
             let one = RunOnly::parse_from(std::iter::once(argv0).chain(args.skip(1)));
-            return Cli {
+            return Some(Cli {
                 quiet: one.quiet,
                 command: Command::Run(one.args),
-            };
+            });
         }
-        Cli::parse()
+        None
     }
 }
 

@@ -1,11 +1,21 @@
 //! The `warmstart` command: one module per subcommand under `cmd/`.
+//!
+//! Two binaries share it. `warmstart` ([`front`]) is what users run: it is
+//! small, because `warmstart run` reads it from a cold disk before every
+//! launch it wraps, and it runs a prefetched launch itself. Everything else
+//! — the other commands, and launches that record — it hands over to
+//! `warmstart-core` ([`core_main`]), which links the recorder, the daemon
+//! and the registry client.
 
 mod cli;
 mod cmd;
+pub mod front;
 
 use cli::Command;
 
-fn main() {
+/// `warmstart-core`'s `main`: every command.
+pub fn core_main() -> ! {
+    front::take_mark();
     let cli = cli::Cli::parse_args();
     if matches!(
         cli.command,
@@ -25,7 +35,12 @@ fn main() {
         // thread is started.
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     }
-    match cmd::dispatch(cli) {
+    exit_with(cmd::dispatch(cli))
+}
+
+/// Exits with a command's code, or says what went wrong.
+fn exit_with(result: anyhow::Result<i32>) -> ! {
+    match result {
         Ok(code) => std::process::exit(code),
         // The same for the others, where the closed pipe comes back as an
         // error: 141 is what a shell reports for a command SIGPIPE ended.

@@ -157,11 +157,13 @@ fn root_deb_installs_triggers_upgrades_and_purges_cleanly() {
         }
     }
     let d = tempfile::tempdir().unwrap();
-    // The binary under test, stripped as a release build is.
+    // The binaries under test, stripped as a release build is.
     let bin = d.path().join("bin");
     std::fs::create_dir(&bin).unwrap();
     std::fs::copy(warmstart(), bin.join("warmstart")).unwrap();
+    std::fs::copy(warmstart_core(), bin.join("warmstart-core")).unwrap();
     run_ok(Command::new("strip").arg(bin.join("warmstart")));
+    run_ok(Command::new("strip").arg(bin.join("warmstart-core")));
     let v1 = build(&bin, "0.1.0~test1", &d.path().join("out"));
     let v2 = build(&bin, "0.1.0~test2", &d.path().join("out"));
     assert!(v1.ends_with("warmstart_0.1.0~test1_amd64.deb"), "{v1:?}");
@@ -170,6 +172,7 @@ fn root_deb_installs_triggers_upgrades_and_purges_cleanly() {
     let list = text(&run_ok(Command::new("dpkg-deb").arg("-c").arg(&v1)));
     for f in [
         "./usr/bin/warmstart",
+        "./usr/lib/warmstart/warmstart-core",
         "./etc/warmstart/config.toml",
         "./lib/systemd/system/warmstart.service",
         "./usr/share/man/man1/warmstart.1.gz",
@@ -222,6 +225,7 @@ fn root_deb_installs_triggers_upgrades_and_purges_cleanly() {
     let _purge = Purge;
     let out = dpkg(&["-i", v1.to_str().unwrap()]);
     assert!(out.status.success(), "{}", text(&out));
+    // Answered by the core, which the front finds in /usr/lib/warmstart.
     let out = run_ok(Command::new("/usr/bin/warmstart").arg("--version"));
     assert!(text(&out).starts_with("warmstart "));
     // Enabled, though not started (systemd is not running here).
@@ -309,6 +313,7 @@ fn root_deb_installs_triggers_upgrades_and_purges_cleanly() {
         "/var/lib/warmstart",
         "/etc/warmstart",
         "/usr/bin/warmstart",
+        "/usr/lib/warmstart",
         "/lib/systemd/system/warmstart.service",
         "/etc/systemd/system/multi-user.target.wants/warmstart.service",
         "/var/lib/systemd/deb-systemd-helper-enabled/warmstart.service.dsh-also",

@@ -200,7 +200,8 @@ pub fn foreign_prefetchers(proc: &std::path::Path) -> Vec<(u32, String)> {
     found
 }
 
-/// `warmstart daemon …` or `preload …`, by the program's base name.
+/// `warmstart daemon …` (or its core's) or `preload …`, by the
+/// program's base name.
 fn is_prefetcher(argv: &[String]) -> bool {
     let base = |a: &String| {
         std::path::Path::new(a)
@@ -210,7 +211,7 @@ fn is_prefetcher(argv: &[String]) -> bool {
     };
     match argv.first().map(base).as_deref() {
         Some("preload") => true,
-        Some("warmstart") => argv
+        Some("warmstart" | "warmstart-core") => argv
             .iter()
             .skip(1)
             .find(|a| !a.starts_with('-'))
@@ -231,6 +232,10 @@ mod prefetcher_tests {
     fn prefetchers_are_told_by_program_and_command() {
         assert!(is_prefetcher(&v(&["/usr/sbin/preload", "--foreground"])));
         assert!(is_prefetcher(&v(&["/usr/bin/warmstart", "daemon"])));
+        assert!(is_prefetcher(&v(&[
+            "/usr/lib/warmstart/warmstart-core",
+            "daemon"
+        ])));
         assert!(is_prefetcher(&v(&[
             "warmstart",
             "--quiet",

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
+use warmstart_launch::install::is_executable;
 
 use crate::cli::BenchArgs;
 
@@ -56,11 +57,6 @@ fn find(dir: &Path, path: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
         .filter(|d| !d.as_os_str().is_empty())
         .map(|d| d.join(BENCH_BIN))
         .find(|p| is_executable(p))
-}
-
-fn is_executable(p: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 #[cfg(test)]

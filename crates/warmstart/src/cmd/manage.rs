@@ -5,6 +5,7 @@
 use anyhow::{Context, Result};
 use warmstart_launch::{Config, Store, Strategy, StrategyChoice};
 
+use std::ffi::OsString;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -14,6 +15,26 @@ use crate::cli::{DaemonArgs, ForgetArgs, LearnArgs, RunArgs, StatusArgs, Strateg
 use crate::cmd::human_bytes;
 
 pub fn run(args: RunArgs, quiet: bool) -> Result<i32> {
+    let launch = |argv: &[OsString], profile: Option<&str>, cfg: &Config| {
+        warmstart_launch::run(argv, profile, cfg).map(Some)
+    };
+    Ok(run_with(args, quiet, launch)?.expect("the full launch manager runs every launch"))
+}
+
+/// [`run`] in the front binary, which does not link the recorder: `None`
+/// when the launch needs it (learning, an audit, a breakdown), before
+/// anything was launched or printed.
+pub fn run_front(args: RunArgs, quiet: bool) -> Result<Option<i32>> {
+    run_with(args, quiet, warmstart_launch::run_without_recorder)
+}
+
+type Launched = Option<(warmstart_record::Exit, warmstart_launch::LaunchReport)>;
+
+fn run_with(
+    args: RunArgs,
+    quiet: bool,
+    launch: impl Fn(&[OsString], Option<&str>, &Config) -> Result<Launched, warmstart_launch::Error>,
+) -> Result<Option<i32>> {
     let mut cfg = Config {
         state_dir: args
             .state_dir
@@ -37,10 +58,15 @@ pub fn run(args: RunArgs, quiet: bool) -> Result<i32> {
         cfg.replay.queue_depth = 2 * cfg.replay.workers;
     }
     cfg.replay.cpus = args.replay_cpus.clone();
-    if let Some(w) = warmstart_replay::unusable_cpus(&cfg.replay.cpus).filter(|_| !quiet) {
+    if let Some(w) = warmstart_replay::unusable_cpus(&cfg.replay.cpus)
+        // Handed over by the front, which has said it already.
+        .filter(|_| !quiet && !crate::front::handed_over())
+    {
         eprintln!("warmstart: {w}");
     }
-    let (exit, report) = warmstart_launch::run(&args.command, args.profile.as_deref(), &cfg)?;
+    let Some((exit, report)) = launch(&args.command, args.profile.as_deref(), &cfg)? else {
+        return Ok(None);
+    };
     if let Some(p) = &args.report {
         // The launch happened: its status is the command's, whatever
         // becomes of the report.

@@ -1,9 +1,9 @@
 //! One module per subcommand. Each returns the process exit code.
 
-mod bench;
+pub(crate) mod bench;
 mod compile;
 mod generate;
-mod manage;
+pub(crate) mod manage;
 mod portable;
 mod record;
 mod registry_lookup;

@@ -15,6 +15,11 @@ pub fn warmstart() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_warmstart"))
 }
 
+/// The full binary the front hands over to (found beside it).
+pub fn warmstart_core() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_warmstart-core"))
+}
+
 /// The fixture program, built as a workspace member next to this test.
 pub fn fixture() -> PathBuf {
     let exe = std::env::current_exe().expect("test exe");

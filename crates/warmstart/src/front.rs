@@ -1,0 +1,132 @@
+//! The `warmstart` binary users run. `warmstart run` is on every wrapped
+//! launch's path, and on a cold disk its binary is read before anything
+//! else can happen; this disk reads an executable whole (8 MiB
+//! read-ahead), so every megabyte costs the launch. This binary therefore
+//! links only what a prefetched launch needs, and hands everything else —
+//! the other commands, and launches that record (learning, audits,
+//! breakdowns) — to `warmstart-core`, installed beside it (the build tree)
+//! or in `../lib/warmstart/` (`/usr/bin` → `/usr/lib/warmstart`).
+//!
+//! A hand-over is an exec with the same arguments: the core parses them
+//! again and does the whole command.
+
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use warmstart_launch::install::{core_binary, lib_dir, CORE_BIN};
+
+use crate::cli::{Cli, Command};
+use crate::cmd;
+
+/// Set in the core's environment by a hand-over. A binary that finds it
+/// set on arrival is the front exec'd as if it were the core (a broken
+/// installation): it stops instead of handing over again, forever. The
+/// core removes it, so the programs it launches do not inherit it.
+pub const HANDED_OVER: &str = "WARMSTART_HANDED_OVER";
+
+static ARRIVED_HANDED_OVER: AtomicBool = AtomicBool::new(false);
+
+/// Whether this process is the core, exec'd by the front (which has
+/// already printed the launch's warnings).
+pub(crate) fn handed_over() -> bool {
+    ARRIVED_HANDED_OVER.load(Ordering::Relaxed)
+}
+
+/// Takes the hand-over mark out of the environment; called first thing
+/// by the core, before any thread exists. A core the front handed over to
+/// keeps the command's name, `warmstart`, as its process name (`ps`,
+/// `pgrep -x warmstart`), as its arguments keep it as `argv[0]`.
+pub(crate) fn take_mark() {
+    if std::env::var_os(HANDED_OVER).is_some() {
+        ARRIVED_HANDED_OVER.store(true, Ordering::Relaxed);
+        std::env::remove_var(HANDED_OVER);
+        // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16
+        // bytes, which this literal is.
+        unsafe { libc::prctl(libc::PR_SET_NAME, c"warmstart".as_ptr()) };
+    }
+}
+
+/// `warmstart`'s `main`.
+pub fn main() -> ! {
+    if std::env::var_os(HANDED_OVER).is_some() {
+        eprintln!(
+            "warmstart: {} is the front binary, installed where {CORE_BIN} belongs; \
+             reinstall warmstart",
+            current_exe().display()
+        );
+        std::process::exit(2);
+    }
+    match Cli::parse_front() {
+        Some(Cli {
+            quiet,
+            command: Command::Run(args),
+        }) => {
+            let command = args.command.clone();
+            match cmd::manage::run_front(args, quiet) {
+                Ok(Some(code)) => std::process::exit(code),
+                Ok(None) => hand_over_launch(&command),
+                Err(e) => crate::exit_with(Err(e)),
+            }
+        }
+        Some(Cli {
+            quiet,
+            command: Command::Bench(args),
+        }) => crate::exit_with(cmd::bench::run(args, quiet)),
+        _ => hand_over(),
+    }
+}
+
+/// Every other command: the core does it, or it cannot be done.
+fn hand_over() -> ! {
+    let exe = current_exe();
+    let Some(core) = core_binary(&exe) else {
+        eprintln!(
+            "warmstart: this command needs {CORE_BIN}, which is neither beside {} nor in {}; \
+             reinstall warmstart",
+            exe.display(),
+            lib_dir(&exe).display()
+        );
+        std::process::exit(2);
+    };
+    let err = exec_core(&core);
+    eprintln!("warmstart: cannot run {}: {err}", core.display());
+    std::process::exit(2);
+}
+
+/// A launch that needs the recorder: the core runs it. Without the core,
+/// the command still runs, unmanaged.
+fn hand_over_launch(command: &[OsString]) -> ! {
+    let exe = current_exe();
+    let why = match core_binary(&exe) {
+        Some(core) => format!("cannot run {}: {}", core.display(), exec_core(&core)),
+        None => format!(
+            "{CORE_BIN} is neither beside {} nor in {} (reinstall warmstart)",
+            exe.display(),
+            lib_dir(&exe).display()
+        ),
+    };
+    eprintln!("warmstart: {why}; launching without learning or prefetching");
+    let err = warmstart_record::exec_in_place(None, command);
+    crate::exit_with(Err(anyhow::Error::new(warmstart_launch::Error::Spawn {
+        cmd: warmstart_record::argv_text(command).join(" "),
+        source: err,
+    })))
+}
+
+/// Replaces this process with the core, given the same arguments; returns
+/// only when that fails.
+fn exec_core(core: &Path) -> std::io::Error {
+    let mut args = std::env::args_os();
+    let argv0 = args.next().unwrap_or_else(|| OsString::from("warmstart"));
+    std::process::Command::new(core)
+        .arg0(argv0)
+        .args(args)
+        .env(HANDED_OVER, "1")
+        .exec()
+}
+
+fn current_exe() -> PathBuf {
+    std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/usr/bin/warmstart"))
+}

@@ -1,0 +1,5 @@
+//! `warmstart`: the small front binary (see the library's documentation).
+
+fn main() {
+    warmstart::front::main()
+}
