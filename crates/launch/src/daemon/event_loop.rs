@@ -413,11 +413,14 @@ impl<S: EventSource> Loop<S> {
     ) -> bool {
         let exe = file.path.absolute().unwrap_or_default();
         // `warmstart run`, and the program it execs in its own place
-        // (it counts that launch itself), are not the daemon's launches.
+        // (it counts that launch itself), are not the daemon's launches;
+        // nor are warmstart's other commands (the front hands them to the
+        // core, which no older configuration's `deny` names).
         if self.skip_wrapped && !in_tree {
-            let run = self.is_run(file, argv);
-            let in_place = !run && self.runs.remove(&tgid).is_some();
-            if run || in_place {
+            let own = self.is_own(file);
+            let run = own && argv.and_then(subcommand) == Some("run");
+            let in_place = !own && self.runs.remove(&tgid).is_some();
+            if own || in_place {
                 if run {
                     self.runs.insert(tgid, Instant::now());
                 }
@@ -688,13 +691,14 @@ impl<S: EventSource> Loop<S> {
         }
     }
 
-    /// Whether an exec is of `warmstart run` (this binary).
-    fn is_run(&self, file: &warmstart_bpf::FileInfo, argv: Option<&[String]>) -> bool {
+    /// Whether an exec is of warmstart's own binaries (this one, or its
+    /// front).
+    fn is_own(&self, file: &warmstart_bpf::FileInfo) -> bool {
         let id = (
             warmstart_record::resolve::kdev_to_user(file.dev as u64),
             file.ino,
         );
-        self.own_exes.contains(&id) && argv.and_then(subcommand) == Some("run")
+        self.own_exes.contains(&id)
     }
 
     /// Tells the kernel side which programs to leave alone: those found

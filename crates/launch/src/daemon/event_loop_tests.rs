@@ -713,6 +713,9 @@ fn a_program_run_execs_in_its_place_is_left_to_run() {
     // next program is a launch like any other.
     let other = h.process();
     h.step(vec![exec(other, id, &["warmstart", "--quiet", "status"])]);
+    // (That command is no launch either: warmstart is not learned.)
+    assert!(!h.lp.sessions.contains_key(&other));
+    assert_eq!(h.lp.src.tracked.get(&other), None);
     h.step(vec![exec(
         other,
         file_info(Path::new(SLEEP)),
