@@ -41,12 +41,19 @@ impl Cli {
         if let Some(cli) = bench_handover(std::env::args_os().skip(1)) {
             return Some(cli);
         }
-        if std::env::args_os().nth(1).is_some_and(|a| a == "run") {
-            let mut args = std::env::args_os();
-            let argv0 = args.next().unwrap_or_default();
-            let one = RunOnly::parse_from(std::iter::once(argv0).chain(args.skip(1)));
+        let mut args = std::env::args_os();
+        let argv0 = args.next().unwrap_or_default();
+        let mut args = args.peekable();
+        // `warmstart -q run …`: the global option before the command.
+        let mut quiet = false;
+        while args.peek().is_some_and(|a| a == "-q" || a == "--quiet") {
+            quiet = true;
+            args.next();
+        }
+        if args.next().is_some_and(|a| a == "run") {
+            let one = RunOnly::parse_from(std::iter::once(argv0).chain(args));
             return Some(Cli {
-                quiet: one.quiet,
+                quiet: quiet || one.quiet,
                 command: Command::Run(one.args),
             });
         }

@@ -14,13 +14,17 @@ use daemon_util::*;
 use util::*;
 
 /// One launch of `sh` printing the binary that launched it and whether it
-/// saw the hand-over mark, then exec'ing the fixture over `mnt`.
+/// saw the hand-over mark, then exec'ing the fixture over `mnt`. `extra`
+/// are `run`'s options; `-q` among them goes before `run`, as the global
+/// option.
 fn launch(
     state: &Path,
     report: &Path,
     extra: &[&str],
     mnt: &Path,
 ) -> (String, String, serde_json::Value) {
+    let global: Vec<&str> = extra.iter().copied().filter(|a| *a == "-q").collect();
+    let extra: Vec<&str> = extra.iter().copied().filter(|a| *a != "-q").collect();
     let script = format!(
         "readlink /proc/$PPID/exe; echo mark=${{WARMSTART_HANDED_OVER-unset}}; exec {} run {}",
         fixture().display(),
@@ -28,6 +32,7 @@ fn launch(
     );
     let out = run_ok(
         Command::new(warmstart())
+            .args(&global)
             .args(["run", "--strategy", "concurrent", "--profile", "fixture"])
             .arg("--state-dir")
             .arg(state)
@@ -78,6 +83,11 @@ fn root_the_front_prefetches_and_the_core_records() {
     );
     assert_eq!(parent, front);
     assert_eq!(mark, "mark=unset");
+    // So with the global `-q` before `run`.
+    fs.evict();
+    let (parent, _, r) = launch(state.path(), &rep, &["-q"], &fs.mnt);
+    assert_eq!(r["phase_before"], "prefetching", "{r}");
+    assert_eq!(parent, front);
     // Audited: traced, so by the core again.
     fs.evict();
     let (parent, _, r) = launch(state.path(), &rep, &["--audit"], &fs.mnt);
