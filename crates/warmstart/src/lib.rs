@@ -10,12 +10,13 @@
 mod cli;
 mod cmd;
 pub mod front;
+mod handover;
 
 use cli::Command;
 
 /// `warmstart-core`'s `main`: every command.
 pub fn core_main() -> ! {
-    front::take_mark();
+    handover::take_mark();
     let cli = cli::Cli::parse_args();
     if matches!(
         cli.command,

@@ -60,7 +60,7 @@ fn run_with(
     cfg.replay.cpus = args.replay_cpus.clone();
     if let Some(w) = warmstart_replay::unusable_cpus(&cfg.replay.cpus)
         // Handed over by the front, which has said it already.
-        .filter(|_| !quiet && !crate::front::handed_over())
+        .filter(|_| !quiet && !crate::handover::handed_over())
     {
         eprintln!("warmstart: {w}");
     }
