@@ -12,7 +12,7 @@
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use warmstart_launch::install::{core_binary, lib_dir, CORE_BIN};
 
@@ -52,33 +52,15 @@ pub fn main() -> ! {
 
 /// Every other command: the core does it, or it cannot be done.
 fn hand_over() -> ! {
-    let exe = current_exe();
-    let Some(core) = core_binary(&exe) else {
-        eprintln!(
-            "warmstart: this command needs {CORE_BIN}, which is neither beside {} nor in {}; \
-             reinstall warmstart",
-            exe.display(),
-            lib_dir(&exe).display()
-        );
-        std::process::exit(2);
-    };
-    let err = exec_core(&core);
-    eprintln!("warmstart: cannot run {}: {err}", core.display());
+    let why = exec_core();
+    eprintln!("warmstart: this command needs {CORE_BIN}: {why}");
     std::process::exit(2);
 }
 
 /// A launch that needs the recorder: the core runs it. Without the core,
 /// the command still runs, unmanaged.
 fn hand_over_launch(command: &[OsString]) -> ! {
-    let exe = current_exe();
-    let why = match core_binary(&exe) {
-        Some(core) => format!("cannot run {}: {}", core.display(), exec_core(&core)),
-        None => format!(
-            "{CORE_BIN} is neither beside {} nor in {} (reinstall warmstart)",
-            exe.display(),
-            lib_dir(&exe).display()
-        ),
-    };
+    let why = exec_core();
     eprintln!("warmstart: {why}; launching without learning or prefetching");
     let err = warmstart_record::exec_in_place(None, command);
     crate::exit_with(Err(anyhow::Error::new(warmstart_launch::Error::Spawn {
@@ -88,15 +70,24 @@ fn hand_over_launch(command: &[OsString]) -> ! {
 }
 
 /// Replaces this process with the core, given the same arguments; returns
-/// only when that fails.
-fn exec_core(core: &Path) -> std::io::Error {
+/// only when that fails, saying why.
+fn exec_core() -> String {
+    let exe = current_exe();
+    let Some(core) = core_binary(&exe) else {
+        return format!(
+            "{CORE_BIN} is neither beside {} nor in {} (reinstall warmstart)",
+            exe.display(),
+            lib_dir(&exe).display()
+        );
+    };
     let mut args = std::env::args_os();
     let argv0 = args.next().unwrap_or_else(|| OsString::from("warmstart"));
-    std::process::Command::new(core)
+    let err = std::process::Command::new(&core)
         .arg0(argv0)
         .args(args)
         .env(HANDED_OVER, "1")
-        .exec()
+        .exec();
+    format!("cannot run {}: {err}", core.display())
 }
 
 fn current_exe() -> PathBuf {
