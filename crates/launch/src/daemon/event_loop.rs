@@ -782,19 +782,10 @@ fn percentiles(v: &[f64]) -> [f64; 3] {
 #[path = "event_loop_tests.rs"]
 mod tests;
 
-/// The identities of this binary and of its front (see [`crate::install`]).
+/// The identities of this binary and of its front.
 fn own_exes() -> Vec<(u64, u64)> {
-    let id = |p: &std::path::Path| {
-        warmstart_sys::open::inspect(p, true)
-            .ok()
-            .map(|(id, _)| (id.dev, id.ino))
-    };
-    let me = std::path::Path::new("/proc/self/exe");
-    let front = std::fs::read_link(me)
-        .ok()
-        .and_then(|p| crate::install::front_binary(&p));
-    id(me)
+    super::policy::own_binaries(std::path::Path::new("/proc"))
         .into_iter()
-        .chain(front.as_deref().and_then(id))
+        .filter_map(|(id, _)| id)
         .collect()
 }

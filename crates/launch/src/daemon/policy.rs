@@ -319,7 +319,6 @@ pub(crate) fn is_service(pid: u32) -> bool {
 /// starts would get profiles of their own. (`warmstart bench` launches
 /// programs for the daemon to follow: it is not `run`.)
 pub(crate) fn started_by_warmstart(proc: &Path, pid: u32) -> bool {
-    use std::os::unix::fs::MetadataExt;
     let parent_of = |pid: u32| {
         std::fs::read_to_string(proc.join(pid.to_string()).join("status"))
             .ok()?
@@ -329,23 +328,7 @@ pub(crate) fn started_by_warmstart(proc: &Path, pid: u32) -> bool {
             .parse::<u32>()
             .ok()
     };
-    let path = |p: &Path| {
-        let t = std::fs::read_link(p).ok()?.to_string_lossy().into_owned();
-        Some(
-            t.strip_suffix(" (deleted)")
-                .map(str::to_string)
-                .unwrap_or(t),
-        )
-    };
-    let me = proc.join("self/exe");
-    let front = path(&me).and_then(|p| crate::install::front_binary(Path::new(&p)));
-    // stat, not open: nothing of the ancestors' files is read.
-    let id_of = |p: &Path| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
-    // Each of our binaries by identity and by path.
-    type Known = (Option<(u64, u64)>, Option<String>);
-    let ours: Vec<Known> = std::iter::once((id_of(&me), path(&me)))
-        .chain(front.map(|f| (id_of(&f), Some(f.to_string_lossy().into_owned()))))
-        .collect();
+    let ours = own_binaries(proc);
     let mut pid = pid;
     // Bounded: a loop in a forged table, or a very deep tree, ends it.
     for _ in 0..64 {
@@ -355,8 +338,8 @@ pub(crate) fn started_by_warmstart(proc: &Path, pid: u32) -> bool {
         }
         let exe = proc.join(pid.to_string()).join("exe");
         let id = id_of(&exe);
-        let exe_path = path(&exe);
-        let is_ours = |(my_id, my_path): &Known| {
+        let exe_path = link_path(&exe);
+        let is_ours = |(my_id, my_path): &Binary| {
             (id.is_some() && id == *my_id) || (my_path.is_some() && exe_path == *my_path)
         };
         if ours.iter().any(is_ours) && command_of(proc, pid).as_deref() == Some("run") {
@@ -364,6 +347,36 @@ pub(crate) fn started_by_warmstart(proc: &Path, pid: u32) -> bool {
         }
     }
     false
+}
+
+/// A binary by identity (dev, ino) and by path.
+pub(crate) type Binary = (Option<(u64, u64)>, Option<String>);
+
+/// warmstart's own binaries: this process's (`proc/self/exe`) and, when
+/// it is the core, its front (see [`crate::install`]).
+pub(crate) fn own_binaries(proc: &Path) -> Vec<Binary> {
+    let me = proc.join("self/exe");
+    let front = link_path(&me).and_then(|p| crate::install::front_binary(Path::new(&p)));
+    std::iter::once((id_of(&me), link_path(&me)))
+        .chain(front.map(|f| (id_of(&f), Some(f.to_string_lossy().into_owned()))))
+        .collect()
+}
+
+/// A file's identity; stat, not open: nothing of the file is read.
+fn id_of(p: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// Where a `/proc` link (`exe`) points, without the mark of a file
+/// replaced since.
+fn link_path(p: &Path) -> Option<String> {
+    let t = std::fs::read_link(p).ok()?.to_string_lossy().into_owned();
+    Some(
+        t.strip_suffix(" (deleted)")
+            .map(str::to_string)
+            .unwrap_or(t),
+    )
 }
 
 /// A warmstart process's command: its first argument that is not an
