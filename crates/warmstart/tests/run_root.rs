@@ -139,9 +139,13 @@ fn root_run_learns_prefetches_and_relearns() {
         r["replay"]["data"]["bytes"].as_u64().unwrap() > 2 << 20,
         "the replay prefetched the fixture's data: {r}"
     );
+    // Not none: the tests of this file run side by side, and under their
+    // load the fixture can reach a few planned pages before the replay
+    // has issued them (7 of 465 in one CI run). Without the replay it
+    // reads them all.
     assert!(
-        (self_read as f64) <= 0.01 * touched as f64,
-        "the fixture read {self_read} of its {touched} touched pages itself (> 1%): {r}"
+        (self_read as f64) <= 0.05 * touched as f64,
+        "the fixture read {self_read} of its {touched} touched pages itself (> 5%): {r}"
     );
 
     // The plan is resident now. A launch that asks for no report is exec'd
