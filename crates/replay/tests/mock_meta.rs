@@ -291,3 +291,83 @@ fn cancel_during_the_metadata_sweep_stops_the_replay() {
         "the data entry and the metadata not handed out"
     );
 }
+
+/// With its metadata read from the device up front, a replay starts
+/// `workers_metadata_read` workers; where the lookups must read it (a
+/// device that cannot be opened, a filesystem device reads do not reach,
+/// any one device of several), `workers`; a count the user fixed, always.
+#[test]
+fn fewer_workers_when_the_metadata_is_read_from_its_devices() {
+    let (readable, refused, xfs) = (
+        libc::makedev(8, 1),
+        libc::makedev(254, 0),
+        libc::makedev(7, 1),
+    );
+    let backend = || {
+        MockBackend::new()
+            .with_file("/a", id())
+            .with_device(readable)
+            .with_device_fs(readable, "ext4")
+            .with_device(xfs)
+            .with_device_fs(xfs, "xfs")
+    };
+    // With an I/O priority, every worker sets it once as it starts: the
+    // calls count the threads started.
+    let d = Options {
+        io_priority: Some(IoPriority::Idle),
+        ..Options::default()
+    };
+    let few = Options::WORKERS_METADATA_READ;
+    assert!(few < d.workers, "{few} against {}", d.workers);
+    let mut fixed = d.clone();
+    fixed.fixed_workers(d.workers);
+    // (case, the plan's metadata devices, options, workers and queue depth)
+    type Case<'a> = (&'a str, Vec<u64>, &'a Options, (usize, usize));
+    let cases: Vec<Case> = vec![
+        ("read from the device", vec![readable], &d, (few, 2 * few)),
+        ("no metadata", vec![], &d, (d.workers, d.queue_depth)),
+        (
+            "not openable",
+            vec![refused],
+            &d,
+            (d.workers, d.queue_depth),
+        ),
+        ("xfs", vec![xfs], &d, (d.workers, d.queue_depth)),
+        (
+            "one of two not openable",
+            vec![readable, refused],
+            &d,
+            (d.workers, d.queue_depth),
+        ),
+        (
+            "fixed by the user",
+            vec![readable],
+            &fixed,
+            (d.workers, d.queue_depth),
+        ),
+    ];
+    for (case, devices, opts, want) in cases {
+        let b = backend();
+        let mut entries: Vec<Entry> = devices.iter().map(|&dev| meta(dev, 0, 4 * K)).collect();
+        // More requests than the most workers, so that all are started.
+        entries.extend((0..20).map(|i| data(i * M, 4 * K)));
+        let r = replay(&plan(entries), opts, &b).unwrap();
+        assert_eq!((r.workers, r.queue_depth), want, "{case}: {r:#?}");
+        let started = b
+            .calls()
+            .iter()
+            .filter(|c| **c == Call::IoPriority(IoPriority::Idle))
+            .count();
+        assert_eq!(started, want.0, "{case}: threads started");
+        assert_eq!(r.data.entries, 20, "{case}: the data was read all the same");
+        let opened = b
+            .calls()
+            .iter()
+            .filter(|c| matches!(c, Call::OpenDevice(_)))
+            .count();
+        assert!(
+            opened <= devices.len(),
+            "{case}: each device opened at most once"
+        );
+    }
+}

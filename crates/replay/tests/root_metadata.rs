@@ -345,6 +345,8 @@ fn root_ext4_metadata_read_from_the_device_serves_the_lookups() {
     assert_eq!(d.path, MetaPath::DeviceRead);
     assert_eq!(d.fs_type.as_deref(), Some("ext4"));
     assert!(d.requests > 0 && d.requests <= d.ranges * 64, "{d:?}");
+    // The schedule's opens and lookups will find their metadata cached.
+    assert_eq!(r.workers, Options::WORKERS_METADATA_READ);
     let w = r.wait.expect("waited");
     assert!(!w.timed_out && w.resident == w.pages, "{w:?}");
     let now = resident(&dev, size);
@@ -395,6 +397,8 @@ fn root_xfs_and_btrfs_metadata_is_left_to_the_lookups() {
             (r.meta.entries, r.skipped_meta.entries, r.requests),
             (0, 1, 0)
         );
+        // The lookups read the metadata, one at a time each: all workers.
+        assert_eq!(r.workers, Options::default_workers(), "{fs}");
         assert!(
             r.skipped_devices[0].error.contains(fs),
             "{:?}",

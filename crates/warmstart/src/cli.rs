@@ -402,7 +402,7 @@ pub struct ReplayArgs {
     /// gives up sooner on pages that stay absent for 5 s without progress.
     #[arg(long)]
     pub wait: bool,
-    /// Worker threads issuing requests, 1 to 64 [default: 8].
+    /// Worker threads issuing requests, 1 to 64 [default: 2 when the plan's metadata is read from its block devices, else 8].
     #[arg(long)]
     pub workers: Option<usize>,
     /// I/O priority of the replay: idle, or be:0..7.
@@ -450,7 +450,7 @@ pub struct RunArgs {
     /// Audit prefetched launches with the recorder: exact miss ratio (costs a BPF load per launch).
     #[arg(long)]
     pub audit: bool,
-    /// Replay worker threads (default: the launch manager's).
+    /// Replay worker threads, 1 to 64 [default: 2 when the plan's metadata is read from its block devices, else 8].
     #[arg(long)]
     pub workers: Option<usize>,
     /// CPUs the replay runs on: one (the last CPU, leaving the others to the application), all, idle (any CPU nothing else wants: idle scheduling priority; for launches that keep every CPU busy, such as a JVM's), or a list such as 0,2-3.

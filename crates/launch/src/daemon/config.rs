@@ -37,9 +37,12 @@ pub struct DaemonConfig {
     /// with the applications for the CPU and the disk.
     pub learn_workers: usize,
     pub max_concurrent_replays: usize,
-    /// Threads per replay. Lookups and opens wait on the disk one by one,
-    /// so replays are latency-bound and want more threads than cores.
-    pub replay_workers: usize,
+    /// Threads per replay; unset, 8, or 2 when the plan's metadata is read
+    /// from its block devices (see `warmstart_replay::Options::
+    /// workers_metadata_read`). Lookups and opens that wait on the disk one
+    /// by one want more threads than cores; with their metadata cached,
+    /// more threads only take CPU from the launch.
+    pub replay_workers: Option<usize>,
     /// Replay stops when MemAvailable would fall below this.
     pub memory_floor_mib: Option<u64>,
     /// `idle` or `be:0`..`be:7`.
@@ -127,7 +130,7 @@ impl Default for DaemonConfig {
             min_learn_kib: DEFAULT_MIN_LEARN_KIB,
             learn_workers: 1,
             max_concurrent_replays: 4,
-            replay_workers: 8,
+            replay_workers: None,
             memory_floor_mib: None,
             io_priority: None,
             replay_cpus: "one".into(),
@@ -173,7 +176,7 @@ impl DaemonConfig {
         if self.learn == LearnMode::AllowList && self.allow.is_empty() {
             return Err("learn = \"allow-list\" with an empty allow list learns nothing".into());
         }
-        if !(1..=64).contains(&self.replay_workers) {
+        if self.replay_workers.is_some_and(|w| !(1..=64).contains(&w)) {
             return Err("replay_workers must be between 1 and 64".into());
         }
         if !(1..=16).contains(&self.learn_workers) {
@@ -233,6 +236,9 @@ mod tests {
             ("allow = [\"[\"]\n", Some("bad glob")),
             ("max_concurrent_replays = 0\n", Some("at least 1")),
             ("learn_workers = 0\n", Some("learn_workers")),
+            ("replay_workers = 0\n", Some("replay_workers")),
+            ("replay_workers = 65\n", Some("replay_workers")),
+            ("replay_workers = 4\n", None),
             ("learn_workers = 2\nmin_learn_ms = 0\n", None),
             ("io_priority = \"fast\"\n", Some("io_priority")),
             ("replay_cpus = \"1,3-4\"\n", None),
@@ -272,6 +278,7 @@ mod tests {
         assert_eq!(c.min_learn_ms, d.min_learn_ms);
         assert_eq!(c.min_learn_kib, d.min_learn_kib);
         assert_eq!(c.learn_workers, d.learn_workers);
+        assert_eq!(c.replay_workers, d.replay_workers);
         assert_eq!(c.plan_memory_mib, d.plan_memory_mib);
         assert_eq!(c.predict_launches, d.predict_launches);
         assert_eq!(c.startup, d.startup);

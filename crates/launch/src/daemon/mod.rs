@@ -113,8 +113,9 @@ fn manager_config(dcfg: &DaemonConfig, log: &mut dyn Write) -> Config {
     };
     cfg.compile.min_launch_bytes = dcfg.min_launch_kib * 1024;
     cfg.replay.memory_floor = dcfg.memory_floor_mib.map(|m| m << 20);
-    cfg.replay.workers = dcfg.replay_workers.clamp(1, 64);
-    cfg.replay.queue_depth = 2 * cfg.replay.workers;
+    if let Some(w) = dcfg.replay_workers {
+        cfg.replay.fixed_workers(w.clamp(1, 64));
+    }
     cfg.replay.io_priority = dcfg.io_priority.as_ref().and_then(|p| p.parse().ok());
     cfg.replay.cpus = dcfg.replay_cpus.parse().unwrap_or_default();
     if let Some(w) = warmstart_replay::unusable_cpus(&cfg.replay.cpus) {
@@ -317,4 +318,26 @@ pub fn run(
         let _ = std::fs::remove_file(&dcfg.socket);
     }
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `replay_workers` unset leaves the count to the replay (two where the
+    /// plan's metadata is read from its devices); set, it is fixed.
+    #[test]
+    fn replay_workers_fixed_only_when_configured() {
+        let sink = &mut std::io::sink();
+        let auto = manager_config(&DaemonConfig::default(), sink).replay;
+        assert_eq!(auto.pool(false), (8, 16));
+        assert_eq!(auto.pool(true), (2, 4));
+        let dcfg = DaemonConfig {
+            replay_workers: Some(4),
+            ..DaemonConfig::default()
+        };
+        let fixed = manager_config(&dcfg, sink).replay;
+        assert_eq!(fixed.pool(false), (4, 8));
+        assert_eq!(fixed.pool(true), (4, 8));
+    }
 }

@@ -25,7 +25,8 @@ impl<B: Backend> Engine<'_, B> {
         state: &State<'_, B>,
         d: &mut Dispatch,
     ) -> Result<(), ReplayError> {
-        let (tx, rx) = sync_channel::<Work>(self.opts.queue_depth);
+        let (workers, queue_depth) = self.opts.pool(state.metadata_read);
+        let (tx, rx) = sync_channel::<Work>(queue_depth);
         let rx = Mutex::new(rx);
         thread::scope(|s| {
             // The dispatcher issues the plan's first request itself; then
@@ -38,7 +39,7 @@ impl<B: Backend> Engine<'_, B> {
             // `None`: no worker runs; `Some(true)`: one was just started.
             let mut start_worker = || {
                 let mut new = false;
-                if started < self.opts.workers && spawn_error.is_none() {
+                if started < workers && spawn_error.is_none() {
                     let spawned = thread::Builder::new()
                         .name(format!("ws-replay-{started}"))
                         .spawn_scoped(s, || self.worker(state, &rx));

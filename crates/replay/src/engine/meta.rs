@@ -90,7 +90,7 @@ pub(super) fn merge_meta(mut ranges: Vec<(u64, u64)>, gap: u64) -> Vec<MetaRange
 }
 
 pub(super) enum DevState<H> {
-    /// To be read; opened by the first request.
+    /// To be read; opened at setup ([`open_devices`]).
     Unopened,
     Open(Arc<H>),
     /// Could not be opened or refused a read.
@@ -114,7 +114,7 @@ pub(super) struct DeviceSlot<H> {
 impl<H> DeviceSlot<H> {
     /// Bytes its merged ranges read (0 if it is not to be read).
     pub(super) fn read_bytes(&self) -> u64 {
-        if !matches!(*lock(&self.state), DevState::Unopened) {
+        if !matches!(*lock(&self.state), DevState::Unopened | DevState::Open(_)) {
             return 0;
         }
         self.ranges
@@ -200,21 +200,10 @@ impl<B: Backend> State<'_, B> {
     /// count for it (nonzero on the first request of a merged range).
     pub(super) fn meta(&self, device: u64, offset: u64, len: u64, credit: Count) {
         let slot = &self.devices[&device];
-        let handle = {
-            let mut st = lock(&slot.state);
-            if let DevState::Unopened = *st {
-                let t = Instant::now();
-                *st = match self.backend.open_device(device) {
-                    Ok(h) => DevState::Open(Arc::new(h)),
-                    Err(e) => DevState::Failed(e.to_string()),
-                };
-                self.busy_open
-                    .fetch_add(nanos(t.elapsed()), Ordering::Relaxed);
-            }
-            match &*st {
-                DevState::Open(h) => Some(Arc::clone(h)),
-                _ => None,
-            }
+        // Opened (or found unopenable) at setup: see `open_devices`.
+        let handle = match &*lock(&slot.state) {
+            DevState::Open(h) => Some(Arc::clone(h)),
+            _ => None,
         };
         let issued = handle.is_some_and(|h| {
             let t = Instant::now();
@@ -253,12 +242,49 @@ impl<B: Backend> State<'_, B> {
     }
 }
 
-/// What happened to each metadata device, for the report.
-pub(super) fn describe<H>(devices: &BTreeMap<u64, DeviceSlot<H>>) -> Vec<MetaDevice> {
+/// Opens every device that is to be read, before the replay issues
+/// anything: whether the plan's metadata will be in the cache before its
+/// opens and lookups run decides how many workers the replay starts (see
+/// [`Options::workers_metadata_read`]). A device that cannot be opened is
+/// skipped with the reason.
+pub(super) fn open_devices<B: Backend>(
+    backend: &B,
+    devices: &BTreeMap<u64, DeviceSlot<B::Handle>>,
+) {
+    for (&device, slot) in devices {
+        let mut st = lock(&slot.state);
+        if let DevState::Unopened = *st {
+            *st = match backend.open_device(device) {
+                Ok(h) => DevState::Open(Arc::new(h)),
+                Err(e) => DevState::Failed(e.to_string()),
+            };
+        }
+    }
+}
+
+/// Whether every device holding `devices`' metadata is open to be read
+/// in bulk (and there is at least one): the schedule's opens and lookups
+/// will then find their metadata cached.
+pub(super) fn all_read<H>(devices: &BTreeMap<u64, DeviceSlot<H>>) -> bool {
+    !devices.is_empty()
+        && devices
+            .values()
+            .all(|d| matches!(*lock(&d.state), DevState::Open(_)))
+}
+
+/// What happened to each metadata device, for the report; `replayed`:
+/// after a replay, where an open device none of whose ranges was issued
+/// was not reached (not so for `status` and `show`, which only open it).
+pub(super) fn describe<H>(
+    devices: &BTreeMap<u64, DeviceSlot<H>>,
+    replayed: bool,
+) -> Vec<MetaDevice> {
     devices
         .iter()
         .map(|(&device, slot)| {
+            let requests = slot.requests.load(Ordering::Relaxed);
             let path = match &*lock(&slot.state) {
+                DevState::Open(_) if replayed && requests == 0 => MetaPath::NotReached,
                 DevState::Open(_) => MetaPath::DeviceRead,
                 DevState::Unopened => MetaPath::NotReached,
                 DevState::Failed(error) => MetaPath::NotOpenable {
@@ -279,7 +305,7 @@ pub(super) fn describe<H>(devices: &BTreeMap<u64, DeviceSlot<H>>) -> Vec<MetaDev
                 path,
                 planned,
                 ranges: slot.ranges.len() as u64,
-                requests: slot.requests.load(Ordering::Relaxed),
+                requests,
                 requested_bytes: slot.requested_bytes.load(Ordering::Relaxed),
             }
         })
@@ -291,16 +317,8 @@ pub(super) fn describe<H>(devices: &BTreeMap<u64, DeviceSlot<H>>) -> Vec<MetaDev
 /// be read is opened (and closed) to find out whether it can be.
 pub fn metadata_paths<B: Backend>(plan: &Plan, backend: &B) -> Vec<MetaDevice> {
     let devs = devices(backend, plan, &Options::default());
-    for (&device, slot) in &devs {
-        let mut st = lock(&slot.state);
-        if let DevState::Unopened = *st {
-            *st = match backend.open_device(device) {
-                Ok(h) => DevState::Open(Arc::new(h)),
-                Err(e) => DevState::Failed(e.to_string()),
-            };
-        }
-    }
-    describe(&devs)
+    open_devices(backend, &devs);
+    describe(&devs, false)
 }
 
 #[cfg(test)]

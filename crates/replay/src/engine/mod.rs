@@ -6,7 +6,9 @@
 //!   sequence in order so that the pages the application needs first arrive
 //!   first); several workers keep more than one request in flight, because
 //!   opening a file or walking a path blocks on metadata I/O while the disk
-//!   could already be reading the next file's data (Paralfetch).
+//!   could already be reading the next file's data (Paralfetch). Where
+//!   that metadata was read in bulk first, two: a request then only
+//!   submits I/O, and more threads take CPU from the launch.
 //! - The queue is bounded, so the prefetcher runs at most `workers +
 //!   queue_depth` requests ahead of what has completed and never floods the
 //!   block layer ahead of the application.
@@ -58,6 +60,12 @@ pub struct Options {
     pub workers: usize,
     /// Requests queued for the workers beyond the ones they are executing.
     pub queue_depth: usize,
+    /// Worker threads instead of `workers` (and a queue of twice as many)
+    /// when every device holding the plan's metadata is read in bulk at
+    /// the start (see the `meta` module): the schedule's opens and lookups
+    /// then find their blocks cached and do not wait on the disk, so more
+    /// threads only take CPU from the launch. `None`: always `workers`.
+    pub workers_metadata_read: Option<usize>,
     /// I/O priority of the worker threads; `None` leaves it inherited.
     pub io_priority: Option<IoPriority>,
     /// CPUs the replay's threads run on (see [`ReplayCpus`]).
@@ -119,14 +127,45 @@ impl Options {
     /// Smallest memory floor the default picks.
     pub const MIN_MEMORY_FLOOR: u64 = 256 << 20;
 
-    /// Eight workers whatever the core count: they spend their time blocked
-    /// in metadata reads (opens, lookups), not on a CPU. Measured on the
+    /// Eight workers whatever the core count where they spend their time
+    /// blocked in metadata reads (opens, lookups), not on a CPU; fewer
+    /// where the metadata is read in bulk first
+    /// ([`Options::workers_metadata_read`]). Measured on the
     /// project's 2-core VM (Python plan, 2026-11-22): prefetch-only time
     /// 60-87 ms with 2 workers, 52-63 ms with 8, 50-56 ms with 16; a cold
     /// `warmstart run` captured 42% of the cold-warm gap with 2 and 60%
     /// with 8 (medians of 15 interleaved rounds).
     pub fn default_workers() -> usize {
         8
+    }
+
+    /// Default [`Options::workers_metadata_read`]. Measured on the ext4
+    /// testbed (the project's 2-core VM, five programs, 10 balanced rounds
+    /// each, the in-process replay, both variants in the same rounds): 1,
+    /// 2 and 4 workers captured 6, 7 and 4 points more of the cold–warm
+    /// gap than 8 (78, 81 and 76% against 72, 74 and 72%; clang 73%
+    /// with one against 57%); with this default, 69% against 66%. On the
+    /// `cloud` model, bandwidth-bound, 2 and 8 were level (69% and 70%).
+    /// Where lookups read the metadata (this VM's disk, xfs, btrfs), 2
+    /// against 8 was within the programs' spread, so 8 are kept there.
+    /// (`bench/runs/2026-11-27-replay-workers/`.)
+    pub const WORKERS_METADATA_READ: usize = 2;
+
+    /// Sets the worker count whatever the metadata's path (the user's
+    /// `--workers`), with a queue of twice as many.
+    pub fn fixed_workers(&mut self, workers: usize) {
+        self.workers = workers;
+        self.queue_depth = 2 * workers;
+        self.workers_metadata_read = None;
+    }
+
+    /// The workers and queue depth of a replay whose metadata is (`true`)
+    /// or is not read from its devices in bulk.
+    pub fn pool(&self, metadata_read: bool) -> (usize, usize) {
+        match self.workers_metadata_read {
+            Some(w) if metadata_read && w < self.workers => (w.max(1), 2 * w.max(1)),
+            _ => (self.workers, self.queue_depth),
+        }
     }
 
     /// The floor used when [`Options::memory_floor`] is `None`: 5% of RAM,
@@ -142,6 +181,7 @@ impl Default for Options {
         Options {
             workers,
             queue_depth: 2 * workers,
+            workers_metadata_read: Some(Options::WORKERS_METADATA_READ),
             io_priority: None,
             cpus: ReplayCpus::default(),
             max_request: Options::DEFAULT_MAX_REQUEST,
@@ -325,8 +365,7 @@ impl<'b, B: Backend> Engine<'b, B> {
         };
 
         let mut report = state.report(plan);
-        report.workers = self.opts.workers;
-        report.queue_depth = self.opts.queue_depth;
+        (report.workers, report.queue_depth) = self.opts.pool(state.metadata_read);
         // Only if a thread did move there.
         report.cpus = state
             .cpus

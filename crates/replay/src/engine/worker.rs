@@ -95,6 +95,9 @@ pub(super) struct State<'a, B: Backend> {
     pub(super) keep_ranges: bool,
     pub(super) files: Vec<FileSlot<B::Handle>>,
     pub(super) devices: BTreeMap<u64, DeviceSlot<B::Handle>>,
+    /// Every device holding the plan's metadata was opened at setup, to be
+    /// read in bulk before the schedule ([`Options::workers_metadata_read`]).
+    pub(super) metadata_read: bool,
     pub(super) data: Mutex<Count>,
     /// Data past the end of its file, not requested.
     pub(super) beyond_eof: Mutex<Count>,
@@ -185,17 +188,21 @@ impl<'a, B: Backend> State<'a, B> {
         let devices = if setup_cancelled {
             BTreeMap::new()
         } else {
-            meta::devices(backend, plan, opts)
+            let d = meta::devices(backend, plan, opts);
+            meta::open_devices(backend, &d);
+            d
         };
         for d in devices.values() {
             to_issue = to_issue.saturating_add(d.read_bytes());
         }
+        let metadata_read = meta::all_read(&devices);
         State {
             backend,
             plan,
             keep_ranges: opts.wait.is_some(),
             files,
             devices,
+            metadata_read,
             data: Mutex::new(Count::default()),
             beyond_eof: Mutex::new(Count::default()),
             to_issue,
@@ -425,7 +432,7 @@ impl<'a, B: Backend> State<'a, B> {
                 bytes: c.bytes,
             });
         }
-        r.meta_devices = meta::describe(&self.devices);
+        r.meta_devices = meta::describe(&self.devices, true);
         r.beyond_eof = *lock(&self.beyond_eof);
         if let Some(log) = &self.request_log {
             r.issued = std::mem::take(&mut *lock(log));

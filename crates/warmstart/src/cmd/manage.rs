@@ -54,8 +54,7 @@ fn run_with(
         ..Config::default()
     };
     if let Some(w) = args.workers {
-        cfg.replay.workers = w.clamp(1, 64);
-        cfg.replay.queue_depth = 2 * cfg.replay.workers;
+        cfg.replay.fixed_workers(w.clamp(1, 64));
     }
     cfg.replay.cpus = args.replay_cpus.clone();
     if let Some(w) = warmstart_replay::unusable_cpus(&cfg.replay.cpus)

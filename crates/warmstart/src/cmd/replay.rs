@@ -10,8 +10,7 @@ use crate::cmd::human_bytes;
 pub fn run(args: ReplayArgs, quiet: bool) -> Result<i32> {
     let mut opts = Options::default();
     if let Some(w) = args.workers {
-        opts.workers = w;
-        opts.queue_depth = 2 * w;
+        opts.fixed_workers(w);
     }
     if let Some(p) = &args.ioprio {
         opts.io_priority = Some(
