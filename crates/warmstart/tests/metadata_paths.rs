@@ -88,8 +88,15 @@ fn show_says_where_metadata_goes_for_a_device_that_does_not_exist() {
             vec![want.as_str()],
             "{format}:\n{text}"
         );
+        assert!(
+            text.lines()
+                .any(|l| l
+                    == "replay workers: 8 (path lookups read the metadata, one at a time each)"),
+            "{format}:\n{text}"
+        );
     }
     let v = show_json(&p);
+    assert_eq!(v["replay_workers"], 8, "{v}");
     let m = &v["metadata"];
     assert_eq!(m.as_array().map(Vec::len), Some(1), "{v}");
     let m = &m[0];
@@ -195,6 +202,9 @@ fn root_show_says_which_filesystems_metadata_is_read_from_the_device() {
         let v = show_json(&p);
         let m = &v["metadata"][0];
         assert_eq!(m["path"], want, "{fs}: {v}");
+        // Read from the device first, the replay needs fewer threads.
+        let workers = if want == "device-read" { 2 } else { 8 };
+        assert_eq!(v["replay_workers"], workers, "{fs}: {v}");
         assert_eq!(m["fs_type"], fs, "{fs}: {m}");
         assert_eq!(m["node"], lfs.dev.as_str(), "{fs}: {m}");
         let summary = m["summary"].as_str().unwrap();

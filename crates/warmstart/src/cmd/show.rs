@@ -436,6 +436,23 @@ impl MetadataPaths {
         }
     }
 
+    /// How many workers a replay of the plan starts by default on this
+    /// machine, and why: two where every device's metadata is read first
+    /// (see `warmstart_replay::Options::workers_metadata_read`).
+    pub fn default_workers(&self) -> (usize, &'static str) {
+        let read = !self.devices.is_empty()
+            && self
+                .devices
+                .iter()
+                .all(|(d, _)| d.path == warmstart_replay::MetaPath::DeviceRead);
+        let why = if read {
+            "the metadata is read from its devices first, so opens and lookups do not wait"
+        } else {
+            "path lookups read the metadata, one at a time each"
+        };
+        (warmstart_replay::Options::default().pool(read).0, why)
+    }
+
     /// One JSON object per device: `MetaDevice`'s fields (without the
     /// request counts of a replay, which a dry look has none of), the
     /// device node, and the sentence [`metadata_line`] prints.
@@ -505,6 +522,7 @@ fn errno_of(error: &str) -> String {
 fn with_metadata_paths(p: &Plan, mut doc: serde_json::Value) -> serde_json::Value {
     if let (Some(paths), Some(o)) = (metadata_paths_of(p), doc.as_object_mut()) {
         o.insert("metadata".into(), json!(paths.json()));
+        o.insert("replay_workers".into(), json!(paths.default_workers().0));
     }
     doc
 }
@@ -531,6 +549,8 @@ fn metadata_section(p: &Plan, format: Format, out: &mut impl Write) -> Result<()
             human_bytes(d.planned.bytes)
         )?;
     }
+    let (workers, why) = paths.default_workers();
+    writeln!(out, "replay workers: {workers} ({why})")?;
     Ok(())
 }
 
