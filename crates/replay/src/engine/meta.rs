@@ -90,8 +90,7 @@ pub(super) fn merge_meta(mut ranges: Vec<(u64, u64)>, gap: u64) -> Vec<MetaRange
 }
 
 pub(super) enum DevState<H> {
-    /// To be read; opened at setup ([`open_devices`]).
-    Unopened,
+    /// To be read: opened at setup ([`devices`]).
     Open(Arc<H>),
     /// Could not be opened or refused a read.
     Failed(String),
@@ -114,7 +113,7 @@ pub(super) struct DeviceSlot<H> {
 impl<H> DeviceSlot<H> {
     /// Bytes its merged ranges read (0 if it is not to be read).
     pub(super) fn read_bytes(&self) -> u64 {
-        if !matches!(*lock(&self.state), DevState::Unopened | DevState::Open(_)) {
+        if !matches!(*lock(&self.state), DevState::Open(_)) {
             return 0;
         }
         self.ranges
@@ -124,9 +123,12 @@ impl<H> DeviceSlot<H> {
     }
 }
 
-/// The metadata devices of `plan`, each with its merged ranges and what
-/// is known before reading it: refused earlier, or a filesystem that
-/// device reads do not help.
+/// The metadata devices of `plan`, each with its merged ranges, opened
+/// to be read, or why it is not: refused (earlier or now), or a
+/// filesystem that device reads do not help. Opened before the replay
+/// issues anything, since whether the plan's metadata will be cached
+/// before its opens and lookups run decides how many workers the replay
+/// starts (see [`Options::workers_metadata_read`]).
 pub(super) fn devices<B: Backend>(
     backend: &B,
     plan: &Plan,
@@ -156,7 +158,10 @@ pub(super) fn devices<B: Backend>(
             let state = match (refused, &fs) {
                 (Some(e), _) => DevState::Failed(e.to_string()),
                 (None, Some(fs)) if !device_reads_reach(fs) => DevState::Unsupported(fs.clone()),
-                _ => DevState::Unopened,
+                _ => match backend.open_device(device) {
+                    Ok(h) => DevState::Open(Arc::new(h)),
+                    Err(e) => DevState::Failed(e.to_string()),
+                },
             };
             let ra = backend
                 .read_ahead(device)
@@ -200,7 +205,7 @@ impl<B: Backend> State<'_, B> {
     /// count for it (nonzero on the first request of a merged range).
     pub(super) fn meta(&self, device: u64, offset: u64, len: u64, credit: Count) {
         let slot = &self.devices[&device];
-        // Opened (or found unopenable) at setup: see `open_devices`.
+        // Opened (or found unopenable) at setup: see `devices`.
         let handle = match &*lock(&slot.state) {
             DevState::Open(h) => Some(Arc::clone(h)),
             _ => None,
@@ -242,26 +247,6 @@ impl<B: Backend> State<'_, B> {
     }
 }
 
-/// Opens every device that is to be read, before the replay issues
-/// anything: whether the plan's metadata will be in the cache before its
-/// opens and lookups run decides how many workers the replay starts (see
-/// [`Options::workers_metadata_read`]). A device that cannot be opened is
-/// skipped with the reason.
-pub(super) fn open_devices<B: Backend>(
-    backend: &B,
-    devices: &BTreeMap<u64, DeviceSlot<B::Handle>>,
-) {
-    for (&device, slot) in devices {
-        let mut st = lock(&slot.state);
-        if let DevState::Unopened = *st {
-            *st = match backend.open_device(device) {
-                Ok(h) => DevState::Open(Arc::new(h)),
-                Err(e) => DevState::Failed(e.to_string()),
-            };
-        }
-    }
-}
-
 /// Whether every device holding `devices`' metadata is open to be read
 /// in bulk (and there is at least one): the schedule's opens and lookups
 /// will then find their metadata cached.
@@ -286,7 +271,6 @@ pub(super) fn describe<H>(
             let path = match &*lock(&slot.state) {
                 DevState::Open(_) if replayed && requests == 0 => MetaPath::NotReached,
                 DevState::Open(_) => MetaPath::DeviceRead,
-                DevState::Unopened => MetaPath::NotReached,
                 DevState::Failed(error) => MetaPath::NotOpenable {
                     error: error.clone(),
                 },
@@ -316,9 +300,7 @@ pub(super) fn describe<H>(
 /// without reading anything: for `status` and `show`. A device that would
 /// be read is opened (and closed) to find out whether it can be.
 pub fn metadata_paths<B: Backend>(plan: &Plan, backend: &B) -> Vec<MetaDevice> {
-    let devs = devices(backend, plan, &Options::default());
-    open_devices(backend, &devs);
-    describe(&devs, false)
+    describe(&devices(backend, plan, &Options::default()), false)
 }
 
 #[cfg(test)]

@@ -188,9 +188,7 @@ impl<'a, B: Backend> State<'a, B> {
         let devices = if setup_cancelled {
             BTreeMap::new()
         } else {
-            let d = meta::devices(backend, plan, opts);
-            meta::open_devices(backend, &d);
-            d
+            meta::devices(backend, plan, opts)
         };
         for d in devices.values() {
             to_issue = to_issue.saturating_add(d.read_bytes());
