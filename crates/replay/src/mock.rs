@@ -87,6 +87,10 @@ pub struct MockBackend {
     calls: Mutex<Vec<Call>>,
     /// `None`: prefetches run; `Some(n)`: n more may run, the rest block.
     held: Mutex<Option<u64>>,
+    /// Opens block until [`MockBackend::release`] (see [`MockBackend::hold_opens`]).
+    opens_held: Mutex<bool>,
+    opening: AtomicUsize,
+    max_opening: AtomicUsize,
     released: Condvar,
     in_flight: AtomicUsize,
     max_in_flight: AtomicUsize,
@@ -132,6 +136,9 @@ impl MockBackend {
             last_memory: Mutex::new(mem),
             calls: Mutex::new(Vec::new()),
             held: Mutex::new(None),
+            opens_held: Mutex::new(false),
+            opening: AtomicUsize::new(0),
+            max_opening: AtomicUsize::new(0),
             released: Condvar::new(),
             in_flight: AtomicUsize::new(0),
             max_in_flight: AtomicUsize::new(0),
@@ -263,10 +270,26 @@ impl MockBackend {
         self.released.notify_all();
     }
 
-    /// Stops holding: every blocked and future prefetch runs.
+    /// Makes every `open_file` block until [`MockBackend::release`], as an
+    /// open waiting on a directory block the disk has not returned.
+    pub fn hold_opens(&self) {
+        *lock(&self.opens_held) = true;
+    }
+
+    /// Stops holding: every blocked and future prefetch and open runs.
     pub fn release(&self) {
         *lock(&self.held) = None;
+        *lock(&self.opens_held) = false;
         self.released.notify_all();
+    }
+
+    /// Opens executing now (blocked by [`MockBackend::hold_opens`]), and
+    /// the most at one time.
+    pub fn opening(&self) -> (usize, usize) {
+        (
+            self.opening.load(Ordering::SeqCst),
+            self.max_opening.load(Ordering::SeqCst),
+        )
     }
 
     /// All calls so far, in order.
@@ -299,6 +322,17 @@ impl Backend for MockBackend {
 
     fn open_file(&self, path: &Path) -> Result<(MockHandle, FileId), ReplayError> {
         self.record(Call::OpenFile(path.to_path_buf()));
+        let now = self.opening.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_opening.fetch_max(now, Ordering::SeqCst);
+        let mut held = lock(&self.opens_held);
+        while *held {
+            held = self
+                .released
+                .wait(held)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        drop(held);
+        self.opening.fetch_sub(1, Ordering::SeqCst);
         let fail = |errno| ReplayError::Open {
             path: path.to_path_buf(),
             source: io::Error::from_raw_os_error(errno),

@@ -244,11 +244,26 @@ pub struct Timings {
     pub busy_lookup_ns: u64,
 }
 
+/// What the spare thread did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpareReport {
+    /// How long the first worker had to be inside one request.
+    pub after_ns: u64,
+    /// Times it found the first worker that long inside one request.
+    pub turns: u64,
+    /// Requests it executed then.
+    pub requests: u64,
+}
+
 /// The result of a replay.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Report {
     pub workers: usize,
     pub queue_depth: usize,
+    /// The spare thread ([`crate::Options::spare_after`]), if the replay
+    /// had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spare: Option<SpareReport>,
     /// The CPUs the replay's threads were confined to; `None`: anywhere.
     #[serde(default)]
     pub cpus: Option<Vec<usize>>,

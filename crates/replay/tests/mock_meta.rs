@@ -293,9 +293,10 @@ fn cancel_during_the_metadata_sweep_stops_the_replay() {
 }
 
 /// With its metadata read from the device up front, a replay starts
-/// `workers_metadata_read` workers; where the lookups must read it (a
-/// device that cannot be opened, a filesystem device reads do not reach,
-/// any one device of several), `workers`; a count the user fixed, always.
+/// `workers_metadata_read` workers and a spare thread; where the lookups
+/// must read it (a device that cannot be opened, a filesystem device reads
+/// do not reach, a device holding more than a tenth of the metadata that
+/// is not read), `workers`; a count the user fixed, always.
 #[test]
 fn fewer_workers_when_the_metadata_is_read_from_its_devices() {
     let (readable, refused, xfs) = (
@@ -311,54 +312,72 @@ fn fewer_workers_when_the_metadata_is_read_from_its_devices() {
             .with_device(xfs)
             .with_device_fs(xfs, "xfs")
     };
-    // With an I/O priority, every worker sets it once as it starts: the
-    // calls count the threads started.
+    // With an I/O priority, every worker (and the spare) sets it once as
+    // it starts: the calls count the threads started.
     let d = Options {
         io_priority: Some(IoPriority::Idle),
         ..Options::default()
     };
     let few = Options::WORKERS_METADATA_READ;
     assert!(few < d.workers, "{few} against {}", d.workers);
+    assert!(d.spare_after.is_some(), "a spare by default");
     let mut fixed = d.clone();
     fixed.fixed_workers(d.workers);
-    // (case, the plan's metadata devices, options, workers and queue depth)
-    type Case<'a> = (&'a str, Vec<u64>, &'a Options, (usize, usize));
+    let all = (d.workers, d.queue_depth, false);
+    // (case, the plan's metadata devices with their entry counts, options,
+    // workers, queue depth and whether a spare ran)
+    type Case<'a> = (&'a str, Vec<(u64, u64)>, &'a Options, (usize, usize, bool));
     let cases: Vec<Case> = vec![
-        ("read from the device", vec![readable], &d, (few, 2 * few)),
-        ("no metadata", vec![], &d, (d.workers, d.queue_depth)),
         (
-            "not openable",
-            vec![refused],
+            "read from the device",
+            vec![(readable, 1)],
             &d,
-            (d.workers, d.queue_depth),
+            (few, 2 * few, true),
         ),
-        ("xfs", vec![xfs], &d, (d.workers, d.queue_depth)),
+        ("no metadata", vec![], &d, all),
+        ("not openable", vec![(refused, 1)], &d, all),
+        ("xfs", vec![(xfs, 1)], &d, all),
         (
             "one of two not openable",
-            vec![readable, refused],
+            vec![(readable, 1), (refused, 1)],
             &d,
-            (d.workers, d.queue_depth),
+            all,
         ),
         (
-            "fixed by the user",
-            vec![readable],
-            &fixed,
-            (d.workers, d.queue_depth),
+            "a tenth on a device not openable",
+            vec![(readable, 9), (refused, 1)],
+            &d,
+            (few, 2 * few, true),
         ),
+        (
+            "more than a tenth on a device not openable",
+            vec![(readable, 8), (refused, 1)],
+            &d,
+            all,
+        ),
+        ("fixed by the user", vec![(readable, 1)], &fixed, all),
     ];
     for (case, devices, opts, want) in cases {
         let b = backend();
-        let mut entries: Vec<Entry> = devices.iter().map(|&dev| meta(dev, 0, 4 * K)).collect();
+        let mut entries: Vec<Entry> = devices
+            .iter()
+            .flat_map(|&(dev, n)| (0..n).map(move |i| meta(dev, i * M, 4 * K)))
+            .collect();
         // More requests than the most workers, so that all are started.
         entries.extend((0..20).map(|i| data(i * M, 4 * K)));
         let r = replay(&plan(entries), opts, &b).unwrap();
-        assert_eq!((r.workers, r.queue_depth), want, "{case}: {r:#?}");
+        let got = (r.workers, r.queue_depth, r.spare.is_some());
+        assert_eq!(got, want, "{case}: {r:#?}");
         let started = b
             .calls()
             .iter()
             .filter(|c| **c == Call::IoPriority(IoPriority::Idle))
             .count();
-        assert_eq!(started, want.0, "{case}: threads started");
+        assert_eq!(
+            started,
+            want.0 + usize::from(want.2),
+            "{case}: threads started"
+        );
         assert_eq!(r.data.entries, 20, "{case}: the data was read all the same");
         let opened = b
             .calls()
@@ -370,4 +389,85 @@ fn fewer_workers_when_the_metadata_is_read_from_its_devices() {
             "{case}: each device opened at most once"
         );
     }
+}
+
+/// With the smaller pool, a spare thread takes requests only while the
+/// first worker waits on the disk in an open (or a lookup): held there,
+/// the first worker's open lets the spare start the next request, and no
+/// third thread ever runs; nothing held, the spare never steps in.
+#[test]
+fn a_spare_thread_works_only_while_the_first_worker_waits_for_metadata() {
+    use std::time::{Duration, Instant};
+    use warmstart_replay::Engine;
+
+    let dev = libc::makedev(8, 1);
+    let backend = |fs: &str| {
+        let b_id = FileId { ino: 2, ..id() };
+        MockBackend::new()
+            .with_file("/a", id())
+            .with_file("/b", b_id)
+            .with_device(dev)
+            .with_device_fs(dev, fs)
+    };
+    let mut p = plan(vec![meta(dev, 0, 4 * K), data(0, 4 * K)]);
+    p.files.push(PlanFile {
+        path: "/b".into(),
+        id: FileId { ino: 2, ..id() },
+    });
+    p.entries.extend((0..20).map(|i| Entry::Data {
+        file: 1,
+        offset: i * M,
+        len: 4 * K,
+    }));
+    let opts = Options {
+        workers_metadata_read: Some(1),
+        spare_after: Some(Duration::from_millis(2)),
+        // So that the first request is a worker's, not the dispatcher's.
+        io_priority: Some(IoPriority::Idle),
+        ..Options::default()
+    };
+    let b = backend("ext4");
+    let e = Engine::new(&b, opts.clone()).unwrap();
+    b.hold_opens();
+    let (r, both) = std::thread::scope(|s| {
+        let run = s.spawn(|| e.run(&p));
+        let t = Instant::now();
+        while b.opening().0 < 2 && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let both = b.opening().0;
+        b.release();
+        (run.join().unwrap().unwrap(), both)
+    });
+    assert_eq!(both, 2, "the spare opened /b while /a's open was held");
+    assert_eq!(b.opening().1, 2, "one worker and one spare, no more");
+    assert_eq!((r.workers, r.queue_depth), (1, 2));
+    let spare = r.spare.expect("the report says the spare ran");
+    assert!(spare.turns >= 1 && spare.requests >= 1, "{spare:?}");
+    assert_eq!(spare.after_ns, 2_000_000);
+    assert_eq!((r.data.entries, r.meta.entries), (21, 1));
+
+    // Prefetches held instead (the device's queue full): the spare does
+    // not step in, as it would only queue behind them.
+    let b = backend("ext4");
+    let e = Engine::new(&b, opts.clone()).unwrap();
+    b.hold();
+    let r = std::thread::scope(|s| {
+        let run = s.spawn(|| e.run(&p));
+        let t = Instant::now();
+        while b.in_flight() < 1 && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        b.release();
+        run.join().unwrap().unwrap()
+    });
+    assert_eq!(b.max_in_flight(), 1, "{:?}", r.spare);
+    assert_eq!(r.spare.map(|s| s.requests), Some(0));
+    assert_eq!(r.data.entries, 21);
+
+    // Where lookups read the metadata, the full pool runs and no spare.
+    let r = replay(&p, &opts, &backend("xfs")).unwrap();
+    assert_eq!(r.workers, opts.workers);
+    assert_eq!(r.spare, None);
 }

@@ -347,6 +347,7 @@ fn root_ext4_metadata_read_from_the_device_serves_the_lookups() {
     assert!(d.requests > 0 && d.requests <= d.ranges * 64, "{d:?}");
     // The schedule's opens and lookups will find their metadata cached.
     assert_eq!(r.workers, Options::WORKERS_METADATA_READ);
+    assert!(r.spare.is_some(), "with the spare thread");
     let w = r.wait.expect("waited");
     assert!(!w.timed_out && w.resident == w.pages, "{w:?}");
     let now = resident(&dev, size);

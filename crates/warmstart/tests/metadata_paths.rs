@@ -203,7 +203,11 @@ fn root_show_says_which_filesystems_metadata_is_read_from_the_device() {
         let m = &v["metadata"][0];
         assert_eq!(m["path"], want, "{fs}: {v}");
         // Read from the device first, the replay needs fewer threads.
-        let workers = if want == "device-read" { 2 } else { 8 };
+        let workers = if want == "device-read" {
+            warmstart_replay::Options::WORKERS_METADATA_READ
+        } else {
+            8
+        };
         assert_eq!(v["replay_workers"], workers, "{fs}: {v}");
         assert_eq!(m["fs_type"], fs, "{fs}: {m}");
         assert_eq!(m["node"], lfs.dev.as_str(), "{fs}: {m}");

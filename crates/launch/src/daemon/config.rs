@@ -37,9 +37,9 @@ pub struct DaemonConfig {
     /// with the applications for the CPU and the disk.
     pub learn_workers: usize,
     pub max_concurrent_replays: usize,
-    /// Threads per replay; unset, 8, or 2 when the plan's metadata is read
-    /// from its block devices (see `warmstart_replay::Options::
-    /// workers_metadata_read`). Lookups and opens that wait on the disk one
+    /// Threads per replay; unset, 8, or 1 and a spare when the plan's
+    /// metadata is read from its block devices (see `warmstart_replay::
+    /// Options::workers_metadata_read`). Lookups and opens that wait on the disk one
     /// by one want more threads than cores; with their metadata cached,
     /// more threads only take CPU from the launch.
     pub replay_workers: Option<usize>,

@@ -324,14 +324,16 @@ pub fn run(
 mod tests {
     use super::*;
 
-    /// `replay_workers` unset leaves the count to the replay (two where the
-    /// plan's metadata is read from its devices); set, it is fixed.
+    /// `replay_workers` unset leaves the count to the replay (one and a
+    /// spare where the plan's metadata is read from its devices); set, it
+    /// is fixed, with no spare.
     #[test]
     fn replay_workers_fixed_only_when_configured() {
         let sink = &mut std::io::sink();
         let auto = manager_config(&DaemonConfig::default(), sink).replay;
         assert_eq!(auto.pool(false), (8, 16));
-        assert_eq!(auto.pool(true), (2, 4));
+        assert_eq!(auto.pool(true), (1, 2));
+        assert!(auto.spare(true).is_some() && auto.spare(false).is_none());
         let dcfg = DaemonConfig {
             replay_workers: Some(4),
             ..DaemonConfig::default()
@@ -339,5 +341,6 @@ mod tests {
         let fixed = manager_config(&dcfg, sink).replay;
         assert_eq!(fixed.pool(false), (4, 8));
         assert_eq!(fixed.pool(true), (4, 8));
+        assert_eq!(fixed.spare(true), None);
     }
 }

@@ -26,8 +26,9 @@ impl<B: Backend> Engine<'_, B> {
         d: &mut Dispatch,
     ) -> Result<(), ReplayError> {
         let (workers, queue_depth) = self.opts.pool(state.metadata_read);
+        let spare = self.opts.spare(state.metadata_read);
         let (tx, rx) = sync_channel::<Work>(queue_depth);
-        let rx = Mutex::new(rx);
+        let rx = &Mutex::new(rx);
         thread::scope(|s| {
             // The dispatcher issues the plan's first request itself; then
             // workers are started one per request until all run, so that
@@ -40,13 +41,20 @@ impl<B: Backend> Engine<'_, B> {
             let mut start_worker = || {
                 let mut new = false;
                 if started < workers && spawn_error.is_none() {
+                    let primary = started == 0;
                     let spawned = thread::Builder::new()
                         .name(format!("ws-replay-{started}"))
-                        .spawn_scoped(s, || self.worker(state, &rx));
+                        .spawn_scoped(s, move || self.worker(state, rx, primary));
                     match spawned {
                         Ok(_) => {
                             started += 1;
                             new = true;
+                            if let Some(after) = spare.filter(|_| primary) {
+                                // Without it the replay still runs.
+                                let _ = thread::Builder::new()
+                                    .name("ws-replay-spare".into())
+                                    .spawn_scoped(s, move || self.spare(state, rx, after));
+                            }
                         }
                         Err(source) => spawn_error = Some(source),
                     }

@@ -37,7 +37,9 @@ mod meta;
 mod wait;
 mod worker;
 
-pub use meta::{device_reads_reach, metadata_paths, MAX_META_REQUEST};
+pub use meta::{
+    device_reads_reach, metadata_mostly_read, metadata_paths, MAX_META_REQUEST, MOSTLY_READ_PERCENT,
+};
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -47,7 +49,7 @@ use warmstart_plan::trace::PAGE_SIZE;
 use warmstart_plan::Plan;
 
 use crate::backend::{Backend, IoPriority, MemInfo, ReplayCpus};
-use crate::report::{MemoryReport, Report, Timings};
+use crate::report::{MemoryReport, Report, SpareReport, Timings};
 use crate::ReplayError;
 
 use dispatch::Dispatch;
@@ -61,11 +63,17 @@ pub struct Options {
     /// Requests queued for the workers beyond the ones they are executing.
     pub queue_depth: usize,
     /// Worker threads instead of `workers` (and a queue of twice as many)
-    /// when every device holding the plan's metadata is read in bulk at
-    /// the start (see the `meta` module): the schedule's opens and lookups
-    /// then find their blocks cached and do not wait on the disk, so more
+    /// when most of the plan's metadata is on devices read in bulk at the
+    /// start (see the `meta` module): the schedule's opens and lookups then
+    /// find their blocks cached and do not wait on the disk, so more
     /// threads only take CPU from the launch. `None`: always `workers`.
     pub workers_metadata_read: Option<usize>,
+    /// With the smaller pool of [`Options::workers_metadata_read`], one
+    /// more thread that takes requests only while the first worker has
+    /// waited this long in an open or a path lookup (a metadata block the
+    /// bulk read did not cover), so that no request waits behind it.
+    /// `None`: no such thread.
+    pub spare_after: Option<Duration>,
     /// I/O priority of the worker threads; `None` leaves it inherited.
     pub io_priority: Option<IoPriority>,
     /// CPUs the replay's threads run on (see [`ReplayCpus`]).
@@ -139,17 +147,26 @@ impl Options {
         8
     }
 
-    /// Default [`Options::workers_metadata_read`]. Measured on the ext4
-    /// testbed (the project's 2-core VM, five programs, 10 balanced rounds
-    /// each, the in-process replay, both variants in the same rounds): 1,
-    /// 2 and 4 workers captured 6, 7 and 4 points more of the cold–warm
-    /// gap than 8 (78, 81 and 76% against 72, 74 and 72%; clang 73%
-    /// with one against 57%); with this default, 69% against 66%. On the
-    /// `cloud` model, bandwidth-bound, 2 and 8 were level (69% and 70%).
-    /// Where lookups read the metadata (this VM's disk, xfs, btrfs), 2
-    /// against 8 was within the programs' spread, so 8 are kept there.
-    /// (`bench/runs/2026-11-27-replay-workers/`.)
-    pub const WORKERS_METADATA_READ: usize = 2;
+    /// Default [`Options::workers_metadata_read`], with a spare thread
+    /// ([`Options::SPARE_AFTER`]). Measured on the ext4 testbed (the
+    /// project's 2-core VM, five programs, 10 balanced rounds, the
+    /// in-process replay of the same plan, both variants in the same
+    /// rounds; means of the gap captured): one worker and the spare 72%
+    /// against 67% with eight (npm 78% against 65%, clang 71% against
+    /// 62%), and 74% against 75% with two; a fixed one worker against
+    /// eight in five runs 78% against 73% on average, two against eight
+    /// in three runs 76% against 74%. On the `cloud` model,
+    /// bandwidth-bound, two and eight were level (69% and 70%). Where
+    /// lookups read the metadata (this VM's disk, xfs, btrfs), two
+    /// against eight was within the programs' spread, so eight are kept
+    /// there. (`bench/runs/2026-11-27-replay-workers/`.)
+    pub const WORKERS_METADATA_READ: usize = 1;
+
+    /// Default [`Options::spare_after`]: an open whose blocks are cached
+    /// takes a few microseconds, one that reads the disk 80 µs (this VM's
+    /// disk) to milliseconds (the `cloud` and `sd` models). The spare
+    /// checks every half of it.
+    pub const SPARE_AFTER: Duration = Duration::from_micros(250);
 
     /// Sets the worker count whatever the metadata's path (the user's
     /// `--workers`), with a queue of twice as many.
@@ -157,6 +174,7 @@ impl Options {
         self.workers = workers;
         self.queue_depth = 2 * workers;
         self.workers_metadata_read = None;
+        self.spare_after = None;
     }
 
     /// The workers and queue depth of a replay whose metadata is (`true`)
@@ -165,6 +183,15 @@ impl Options {
         match self.workers_metadata_read {
             Some(w) if metadata_read && w < self.workers => (w.max(1), 2 * w.max(1)),
             _ => (self.workers, self.queue_depth),
+        }
+    }
+
+    /// The spare thread's wait, if the replay has one: only with the
+    /// smaller pool.
+    pub fn spare(&self, metadata_read: bool) -> Option<Duration> {
+        match self.workers_metadata_read {
+            Some(w) if metadata_read && w < self.workers => self.spare_after,
+            _ => None,
         }
     }
 
@@ -182,6 +209,7 @@ impl Default for Options {
             workers,
             queue_depth: 2 * workers,
             workers_metadata_read: Some(Options::WORKERS_METADATA_READ),
+            spare_after: Some(Options::SPARE_AFTER),
             io_priority: None,
             cpus: ReplayCpus::default(),
             max_request: Options::DEFAULT_MAX_REQUEST,
@@ -366,6 +394,14 @@ impl<'b, B: Backend> Engine<'b, B> {
 
         let mut report = state.report(plan);
         (report.workers, report.queue_depth) = self.opts.pool(state.metadata_read);
+        report.spare = self
+            .opts
+            .spare(state.metadata_read)
+            .map(|after| SpareReport {
+                after_ns: nanos(after),
+                turns: state.spare_turns.load(Ordering::Relaxed),
+                requests: state.spare_requests.load(Ordering::Relaxed),
+            });
         // Only if a thread did move there.
         report.cpus = state
             .cpus

@@ -5,9 +5,9 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::Receiver;
+use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use warmstart_plan::trace::{FileId, PAGE_SIZE};
 use warmstart_plan::{Entry, Plan};
@@ -22,7 +22,12 @@ use crate::report::{
 use crate::ReplayError;
 
 impl<B: Backend> Engine<'_, B> {
-    pub(super) fn worker(&self, state: &State<'_, B>, rx: &Mutex<Receiver<Work>>) {
+    /// `primary`: the first worker, whose time in a request the spare
+    /// thread watches.
+    pub(super) fn worker(&self, state: &State<'_, B>, rx: &Mutex<Receiver<Work>>, primary: bool) {
+        // However the first worker ends (a panic too), the spare ends.
+        let _done = primary.then_some(Done(&state.primary_done));
+        PRIMARY.set(primary);
         let mut first = true;
         if let Some(prio) = self.opts.io_priority {
             if let Err(e) = self.backend.set_io_priority(prio) {
@@ -43,6 +48,80 @@ impl<B: Backend> Engine<'_, B> {
                 Err(_) => return,
             }
         }
+    }
+
+    /// The spare thread: checks every half `after` whether the first
+    /// worker has been inside one open or lookup for `after` or longer (a
+    /// metadata read the bulk read did not cover), and while it has, takes
+    /// requests from the queue itself. A data request that waits for the
+    /// device's queue does not call it: a second thread would only queue
+    /// more behind it.
+    pub(super) fn spare(&self, state: &State<'_, B>, rx: &Mutex<Receiver<Work>>, after: Duration) {
+        if let Some(prio) = self.opts.io_priority {
+            if let Err(e) = self.backend.set_io_priority(prio) {
+                state.note(e.to_string());
+            }
+        }
+        let after_ns = nanos(after);
+        let mut first = true;
+        while !state.primary_done.load(Ordering::Relaxed) {
+            std::thread::sleep(after / 2);
+            let since = state.primary_since.load(Ordering::Relaxed);
+            if since == 0 || monotonic_ns().saturating_sub(since) < after_ns {
+                continue;
+            }
+            state.spare_turns.fetch_add(1, Ordering::Relaxed);
+            // The first worker is blocked: work while it stays so.
+            while state.primary_since.load(Ordering::Relaxed) == since {
+                let Ok(q) = rx.try_lock() else { break };
+                let w = match q.try_recv() {
+                    Ok(w) => w,
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => return,
+                };
+                drop(q);
+                state.execute(w);
+                state.spare_requests.fetch_add(1, Ordering::Relaxed);
+                if std::mem::take(&mut first) {
+                    self.confine(state);
+                }
+            }
+        }
+    }
+}
+
+thread_local! {
+    /// This thread is the first worker, watched by the spare.
+    static PRIMARY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// While alive on the first worker, tells the spare when it began to wait
+/// on the disk for metadata (an open or a lookup).
+struct Waiting<'a>(Option<&'a AtomicU64>);
+
+impl<'a> Waiting<'a> {
+    fn start(since: &'a AtomicU64) -> Self {
+        Waiting(PRIMARY.get().then(|| {
+            since.store(monotonic_ns(), Ordering::Relaxed);
+            since
+        }))
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        if let Some(s) = self.0 {
+            s.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Sets its flag when dropped.
+struct Done<'a>(&'a AtomicBool);
+
+impl Drop for Done<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
     }
 }
 
@@ -95,8 +174,9 @@ pub(super) struct State<'a, B: Backend> {
     pub(super) keep_ranges: bool,
     pub(super) files: Vec<FileSlot<B::Handle>>,
     pub(super) devices: BTreeMap<u64, DeviceSlot<B::Handle>>,
-    /// Every device holding the plan's metadata was opened at setup, to be
-    /// read in bulk before the schedule ([`Options::workers_metadata_read`]).
+    /// Most of the plan's metadata is on devices opened at setup, to be
+    /// read in bulk before the schedule ([`Options::workers_metadata_read`],
+    /// [`meta::mostly_read`]).
     pub(super) metadata_read: bool,
     pub(super) data: Mutex<Count>,
     /// Data past the end of its file, not requested.
@@ -118,6 +198,14 @@ pub(super) struct State<'a, B: Backend> {
     pub(super) files_opened: AtomicU64,
     pub(super) failed_requests: AtomicU64,
     pub(super) errors: Mutex<(Vec<String>, u64)>,
+    /// When the first worker began its current open or lookup (0: it is
+    /// in none), and whether it has ended; read by the spare thread.
+    pub(super) primary_since: AtomicU64,
+    pub(super) primary_done: AtomicBool,
+    /// Times the spare thread found the first worker blocked, and the
+    /// requests it executed then.
+    pub(super) spare_turns: AtomicU64,
+    pub(super) spare_requests: AtomicU64,
     pub(super) busy_open: AtomicU64,
     pub(super) busy_data: AtomicU64,
     pub(super) busy_meta: AtomicU64,
@@ -193,7 +281,7 @@ impl<'a, B: Backend> State<'a, B> {
         for d in devices.values() {
             to_issue = to_issue.saturating_add(d.read_bytes());
         }
-        let metadata_read = meta::all_read(&devices);
+        let metadata_read = meta::mostly_read(&devices);
         State {
             backend,
             plan,
@@ -215,6 +303,10 @@ impl<'a, B: Backend> State<'a, B> {
             files_opened: AtomicU64::new(0),
             failed_requests: AtomicU64::new(0),
             errors: Mutex::new((Vec::new(), 0)),
+            primary_since: AtomicU64::new(0),
+            primary_done: AtomicBool::new(false),
+            spare_turns: AtomicU64::new(0),
+            spare_requests: AtomicU64::new(0),
             busy_open: AtomicU64::new(0),
             busy_data: AtomicU64::new(0),
             busy_meta: AtomicU64::new(0),
@@ -338,7 +430,9 @@ impl<'a, B: Backend> State<'a, B> {
         }
         let pf = &self.plan.files[file as usize];
         let t = Instant::now();
+        let waiting = Waiting::start(&self.primary_since);
         let opened = self.backend.open_file(Path::new(&pf.path));
+        drop(waiting);
         self.busy_open
             .fetch_add(nanos(t.elapsed()), Ordering::Relaxed);
         match opened {
@@ -366,7 +460,9 @@ impl<'a, B: Backend> State<'a, B> {
     fn lookup(&self, index: u32) {
         let l = &self.plan.lookups[index as usize];
         let t = Instant::now();
+        let waiting = Waiting::start(&self.primary_since);
         let res = self.backend.lookup(l.kind, Path::new(&l.path));
+        drop(waiting);
         self.busy_lookup
             .fetch_add(nanos(t.elapsed()), Ordering::Relaxed);
         let mut c = lock(&self.lookups);

@@ -437,20 +437,26 @@ impl MetadataPaths {
     }
 
     /// How many workers a replay of the plan starts by default on this
-    /// machine, and why: two where every device's metadata is read first
-    /// (see `warmstart_replay::Options::workers_metadata_read`).
-    pub fn default_workers(&self) -> (usize, &'static str) {
-        let read = !self.devices.is_empty()
-            && self
-                .devices
-                .iter()
-                .all(|(d, _)| d.path == warmstart_replay::MetaPath::DeviceRead);
-        let why = if read {
-            "the metadata is read from its devices first, so opens and lookups do not wait"
-        } else {
-            "path lookups read the metadata, one at a time each"
+    /// machine, and why: fewer where most of its metadata is read from
+    /// its devices first (see `warmstart_replay::Options::workers_metadata_read`).
+    pub fn default_workers(&self) -> (usize, String) {
+        let devices: Vec<_> = self.devices.iter().map(|(d, _)| d.clone()).collect();
+        let read = warmstart_replay::metadata_mostly_read(&devices);
+        let o = warmstart_replay::Options::default();
+        let workers = o.pool(read).0;
+        let why = match o.spare(read) {
+            Some(after) => format!(
+                "the metadata is read from its devices first, so opens and lookups do not wait; \
+                 one more thread steps in while an open has waited {} µs",
+                after.as_micros()
+            ),
+            None if read => {
+                "the metadata is read from its devices first, so opens and lookups do not wait"
+                    .into()
+            }
+            None => "path lookups read the metadata, one at a time each".into(),
         };
-        (warmstart_replay::Options::default().pool(read).0, why)
+        (workers, why)
     }
 
     /// One JSON object per device: `MetaDevice`'s fields (without the
