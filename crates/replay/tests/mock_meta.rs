@@ -296,7 +296,8 @@ fn cancel_during_the_metadata_sweep_stops_the_replay() {
 /// `workers_metadata_read` workers and a spare thread; where the lookups
 /// must read it (a device that cannot be opened, a filesystem device reads
 /// do not reach, a device holding more than a tenth of the metadata that
-/// is not read), `workers`; a count the user fixed, always.
+/// is not read, a replay that is waited for), `workers`; a count the user
+/// fixed, always.
 #[test]
 fn fewer_workers_when_the_metadata_is_read_from_its_devices() {
     let (readable, refused, xfs) = (
@@ -323,6 +324,11 @@ fn fewer_workers_when_the_metadata_is_read_from_its_devices() {
     assert!(d.spare_after.is_some(), "a spare by default");
     let mut fixed = d.clone();
     fixed.fixed_workers(d.workers);
+    // Waited for, nothing runs beside the replay to take the CPU from.
+    let waited = Options {
+        wait: Some(std::time::Duration::from_secs(5)),
+        ..d.clone()
+    };
     let all = (d.workers, d.queue_depth, false);
     // (case, the plan's metadata devices with their entry counts, options,
     // workers, queue depth and whether a spare ran)
@@ -356,6 +362,7 @@ fn fewer_workers_when_the_metadata_is_read_from_its_devices() {
             all,
         ),
         ("fixed by the user", vec![(readable, 1)], &fixed, all),
+        ("waited for", vec![(readable, 1)], &waited, all),
     ];
     for (case, devices, opts, want) in cases {
         let b = backend();

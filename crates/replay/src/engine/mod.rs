@@ -66,7 +66,9 @@ pub struct Options {
     /// when most of the plan's metadata is on devices read in bulk at the
     /// start (see the `meta` module): the schedule's opens and lookups then
     /// find their blocks cached and do not wait on the disk, so more
-    /// threads only take CPU from the launch. `None`: always `workers`.
+    /// threads only take CPU from the launch. Not for a replay that is
+    /// waited for ([`Options::wait`]: nothing runs beside it). `None`:
+    /// always `workers`.
     pub workers_metadata_read: Option<usize>,
     /// With the smaller pool of [`Options::workers_metadata_read`], one
     /// more thread that takes requests only while the first worker has
@@ -181,7 +183,9 @@ impl Options {
     /// or is not read from its devices in bulk.
     pub fn pool(&self, metadata_read: bool) -> (usize, usize) {
         match self.workers_metadata_read {
-            Some(w) if metadata_read && w < self.workers => (w.max(1), 2 * w.max(1)),
+            Some(w) if metadata_read && w < self.workers && self.wait.is_none() => {
+                (w.max(1), 2 * w.max(1))
+            }
             _ => (self.workers, self.queue_depth),
         }
     }
@@ -190,7 +194,7 @@ impl Options {
     /// smaller pool.
     pub fn spare(&self, metadata_read: bool) -> Option<Duration> {
         match self.workers_metadata_read {
-            Some(w) if metadata_read && w < self.workers => self.spare_after,
+            Some(w) if metadata_read && w < self.workers && self.wait.is_none() => self.spare_after,
             _ => None,
         }
     }
