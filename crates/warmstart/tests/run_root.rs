@@ -628,18 +628,31 @@ def rd(t):
             except OSError:
                 return
 rd(0.5)
+def until(cond, t):
+    end = time.time() + t
+    while time.time() < end and not cond():
+        rd(0.05)
 # The command runs until the flag exists, not for a time: a stopped
 # sleep's clock keeps running, and on a loaded machine it once ended
-# before the second Ctrl-Z.
+# before the second Ctrl-Z. Each key waits for what the one before it
+# does, not for a time: under the whole suite's load the first launch
+# (a learning one) once took longer than a fixed pause to start.
 flag = os.path.join(state, "go")
+started = os.path.join(state, "started")
 # The marker is printed, never typed whole (the terminal echoes the line).
-cmd = f'{ws} -q run --state-dir {state} --profile pty -- sh -c "until [ -e {flag} ]; do sleep 0.05; done; echo fin""ished"; echo rc=$?\n'
-for keys, wait in [(cmd.encode(), 0.8), (b"\x1a", 0.8), (b"fg\n", 0.5), (b"\x1a", 0.8), (None, 0), (b"fg\n", 3.0)]:
-    if keys is None:
-        open(flag, "w").close()
-        continue
-    os.write(fd, keys)
-    rd(wait)
+cmd = f'{ws} -q run --state-dir {state} --profile pty -- sh -c "touch {started}; until [ -e {flag} ]; do sleep 0.05; done; echo fin""ished"; echo rc=$?\n'
+os.write(fd, cmd.encode())
+until(lambda: os.path.exists(started), 60)
+rd(0.3)
+os.write(fd, b"\x1a")
+until(lambda: out.count(b"Stopped") >= 1, 30)
+os.write(fd, b"fg\n")
+rd(0.5)
+os.write(fd, b"\x1a")
+until(lambda: out.count(b"Stopped") >= 2, 30)
+open(flag, "w").close()
+os.write(fd, b"fg\n")
+until(lambda: b"finished" in out, 30)
 os.write(fd, b"exit\n")
 rd(0.3)
 sys.stdout.write(out.decode(errors="replace"))
