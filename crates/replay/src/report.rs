@@ -247,9 +247,9 @@ pub struct Timings {
 /// What the spare thread did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SpareReport {
-    /// How long the first worker had to be inside one request.
+    /// How long the first worker had to be inside one open or lookup.
     pub after_ns: u64,
-    /// Times it found the first worker that long inside one request.
+    /// Times it found the first worker that long inside one.
     pub turns: u64,
     /// Requests it executed then.
     pub requests: u64,

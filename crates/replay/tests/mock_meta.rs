@@ -2,6 +2,8 @@
 //! first, merged in device order, skipped for filesystems whose metadata
 //! cache device reads do not fill, and reported per device.
 
+mod common;
+
 use warmstart_plan::plan::{PlanFile, PlanMeta};
 use warmstart_plan::trace::FileId;
 use warmstart_plan::{Entry, Plan};
@@ -250,7 +252,6 @@ fn metadata_paths_are_known_without_reading() {
 #[test]
 fn cancel_during_the_metadata_sweep_stops_the_replay() {
     use std::sync::atomic::Ordering;
-    use std::time::{Duration, Instant};
     use warmstart_replay::Engine;
 
     let dev = libc::makedev(8, 1);
@@ -273,10 +274,7 @@ fn cancel_during_the_metadata_sweep_stops_the_replay() {
     b.hold();
     let r = std::thread::scope(|s| {
         let run = s.spawn(|| e.run(&p));
-        let t = Instant::now();
-        while b.in_flight() < 1 && t.elapsed() < Duration::from_secs(10) {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        common::wait_until(|| b.in_flight() >= 1);
         e.cancel_flag().store(true, Ordering::Relaxed);
         b.release();
         run.join().unwrap()
@@ -404,7 +402,7 @@ fn fewer_workers_when_the_metadata_is_read_from_its_devices() {
 /// third thread ever runs; nothing held, the spare never steps in.
 #[test]
 fn a_spare_thread_works_only_while_the_first_worker_waits_for_metadata() {
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
     use warmstart_replay::Engine;
 
     let dev = libc::makedev(8, 1);
@@ -438,10 +436,7 @@ fn a_spare_thread_works_only_while_the_first_worker_waits_for_metadata() {
     b.hold_opens();
     let (r, both) = std::thread::scope(|s| {
         let run = s.spawn(|| e.run(&p));
-        let t = Instant::now();
-        while b.opening().0 < 2 && t.elapsed() < Duration::from_secs(10) {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        common::wait_until(|| b.opening().0 >= 2);
         let both = b.opening().0;
         b.release();
         (run.join().unwrap().unwrap(), both)
@@ -461,10 +456,7 @@ fn a_spare_thread_works_only_while_the_first_worker_waits_for_metadata() {
     b.hold();
     let r = std::thread::scope(|s| {
         let run = s.spawn(|| e.run(&p));
-        let t = Instant::now();
-        while b.in_flight() < 1 && t.elapsed() < Duration::from_secs(10) {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        common::wait_until(|| b.in_flight() >= 1);
         std::thread::sleep(Duration::from_millis(20));
         b.release();
         run.join().unwrap().unwrap()

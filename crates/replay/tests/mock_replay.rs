@@ -3,7 +3,7 @@
 //! the residency wait. No privileges needed.
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use warmstart_plan::trace::{FileId, NsOpKind};
 use warmstart_plan::Entry;
@@ -351,10 +351,7 @@ fn outstanding_requests_are_bounded() {
     b.allow(1);
     let r = std::thread::scope(|s| {
         let run = s.spawn(|| replay(&p, &o, &b));
-        let t = Instant::now();
-        while b.in_flight() < 2 && t.elapsed() < Duration::from_secs(10) {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        common::wait_until(|| b.in_flight() >= 2);
         let in_flight = b.in_flight();
         // Give an unbounded dispatcher every chance to run ahead.
         std::thread::sleep(Duration::from_millis(200));

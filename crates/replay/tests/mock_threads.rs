@@ -282,10 +282,7 @@ fn cancel_during_replay_stops_between_requests() {
     b.hold();
     let r = std::thread::scope(|s| {
         let run = s.spawn(|| e.run(&p));
-        let t = Instant::now();
-        while b.in_flight() < 1 && t.elapsed() < Duration::from_secs(10) {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        common::wait_until(|| b.in_flight() >= 1);
         e.cancel_flag().store(true, Ordering::Relaxed);
         b.release();
         run.join().unwrap()

@@ -267,19 +267,20 @@ pub(super) fn mostly_read<H>(devices: &BTreeMap<u64, DeviceSlot<H>>) -> bool {
 
 /// [`mostly_read`] for the devices `metadata_paths` describes, as `show`
 /// and `status` report them.
-pub fn metadata_mostly_read(devices: &[MetaDevice]) -> bool {
-    let total: u64 = devices.iter().map(|d| d.planned.entries).sum();
-    let read: u64 = devices
-        .iter()
-        .filter(|d| d.path == MetaPath::DeviceRead)
-        .map(|d| d.planned.entries)
-        .sum();
+pub fn metadata_mostly_read<'a>(devices: impl IntoIterator<Item = &'a MetaDevice>) -> bool {
+    let (mut read, mut total) = (0, 0);
+    for d in devices {
+        total += d.planned.entries;
+        if d.path == MetaPath::DeviceRead {
+            read += d.planned.entries;
+        }
+    }
     mostly(read, total)
 }
 
 /// The share of metadata entries that must be read from the device for
 /// the smaller pool.
-pub const MOSTLY_READ_PERCENT: u64 = 90;
+const MOSTLY_READ_PERCENT: u64 = 90;
 
 fn mostly(read: u64, total: u64) -> bool {
     read > 0 && read.saturating_mul(100) >= total.saturating_mul(MOSTLY_READ_PERCENT)

@@ -37,9 +37,7 @@ mod meta;
 mod wait;
 mod worker;
 
-pub use meta::{
-    device_reads_reach, metadata_mostly_read, metadata_paths, MAX_META_REQUEST, MOSTLY_READ_PERCENT,
-};
+pub use meta::{device_reads_reach, metadata_mostly_read, metadata_paths, MAX_META_REQUEST};
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -182,21 +180,23 @@ impl Options {
     /// The workers and queue depth of a replay whose metadata is (`true`)
     /// or is not read from its devices in bulk.
     pub fn pool(&self, metadata_read: bool) -> (usize, usize) {
-        match self.workers_metadata_read {
-            Some(w) if metadata_read && w < self.workers && self.wait.is_none() => {
-                (w.max(1), 2 * w.max(1))
-            }
-            _ => (self.workers, self.queue_depth),
+        match self.smaller_pool(metadata_read) {
+            Some(w) => (w, 2 * w),
+            None => (self.workers, self.queue_depth),
         }
     }
 
     /// The spare thread's wait, if the replay has one: only with the
     /// smaller pool.
     pub fn spare(&self, metadata_read: bool) -> Option<Duration> {
-        match self.workers_metadata_read {
-            Some(w) if metadata_read && w < self.workers && self.wait.is_none() => self.spare_after,
-            _ => None,
-        }
+        self.smaller_pool(metadata_read).and(self.spare_after)
+    }
+
+    /// [`Options::workers_metadata_read`], if it applies to this replay.
+    fn smaller_pool(&self, metadata_read: bool) -> Option<usize> {
+        self.workers_metadata_read
+            .filter(|&w| metadata_read && w < self.workers && self.wait.is_none())
+            .map(|w| w.max(1))
     }
 
     /// The floor used when [`Options::memory_floor`] is `None`: 5% of RAM,

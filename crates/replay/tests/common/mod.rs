@@ -91,3 +91,12 @@ pub fn mem(available: u64) -> MemInfo {
         available,
     }
 }
+
+/// Polls `cond` every millisecond until it holds, for at most 10 s (the
+/// caller's assertions then say what did not happen).
+pub fn wait_until(cond: impl Fn() -> bool) {
+    let t = std::time::Instant::now();
+    while !cond() && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}

@@ -440,8 +440,7 @@ impl MetadataPaths {
     /// machine, and why: fewer where most of its metadata is read from
     /// its devices first (see `warmstart_replay::Options::workers_metadata_read`).
     pub fn default_workers(&self) -> (usize, String) {
-        let devices: Vec<_> = self.devices.iter().map(|(d, _)| d.clone()).collect();
-        let read = warmstart_replay::metadata_mostly_read(&devices);
+        let read = warmstart_replay::metadata_mostly_read(self.devices.iter().map(|(d, _)| d));
         let o = warmstart_replay::Options::default();
         let workers = o.pool(read).0;
         let why = match o.spare(read) {
