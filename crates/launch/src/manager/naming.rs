@@ -68,17 +68,74 @@ pub(super) fn canonical(found: Option<&Path>, cmd: &str) -> String {
 /// The file `execvp` would run for `cmd`: `cmd` itself if it names a path,
 /// else the first executable regular file of that name in PATH.
 pub(crate) fn find_program(cmd: &str) -> Option<PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
     if cmd.contains('/') {
         return Some(PathBuf::from(cmd));
     }
     let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
+    let candidates: Vec<PathBuf> = std::env::split_paths(&path)
         .filter(|d| !d.as_os_str().is_empty())
         .map(|d| d.join(cmd))
-        .find(|p| {
-            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })
+        .collect();
+    first_program(&candidates)
+}
+
+/// Candidates looked up side by side at most, each on its own thread.
+const LOOKUPS_AT_ONCE: usize = 16;
+
+/// The first of `candidates` that is an executable regular file.
+///
+/// On a cold cache each PATH entry that lacks the program is a directory
+/// read from storage, one after another, and the launch's replay cannot
+/// start before the program is named: `npm` through this machine's 12
+/// entries took 5.7–14.6 ms on the ext4 testbed. So the candidates are
+/// asked of the dentry cache first, in order, and from the first one it
+/// cannot answer on, looked up all at once; the first in PATH order still
+/// wins, as it would for `execvp`.
+fn first_program(candidates: &[PathBuf]) -> Option<PathBuf> {
+    use warmstart_sys::cached::{stat_cached, Cached};
+    for (i, c) in candidates.iter().enumerate() {
+        match stat_cached(c) {
+            Cached::Found(m) if is_program(&m) => return Some(c.clone()),
+            Cached::Found(_) | Cached::Missing => {}
+            Cached::Unknown => return first_program_at_once(&candidates[i..]),
+        }
+    }
+    None
+}
+
+/// [`first_program`] with every lookup issued at once, in batches of
+/// [`LOOKUPS_AT_ONCE`]. A thread that cannot be started is done in line.
+fn first_program_at_once(candidates: &[PathBuf]) -> Option<PathBuf> {
+    let found = |c: &PathBuf| std::fs::metadata(c).is_ok_and(|m| is_program(&m));
+    for batch in candidates.chunks(LOOKUPS_AT_ONCE) {
+        let hits: Vec<bool> = std::thread::scope(|s| {
+            let pending: Vec<Result<_, bool>> = batch
+                .iter()
+                .map(|c| {
+                    std::thread::Builder::new()
+                        .stack_size(64 << 10)
+                        .spawn_scoped(s, move || found(c))
+                        .map_err(|_| found(c))
+                })
+                .collect();
+            pending
+                .into_iter()
+                .map(|p| match p {
+                    Ok(h) => h.join().unwrap_or(false),
+                    Err(done) => done,
+                })
+                .collect()
+        });
+        if let Some(i) = hits.iter().position(|&h| h) {
+            return Some(batch[i].clone());
+        }
+    }
+    None
+}
+
+fn is_program(m: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    m.is_file() && m.permissions().mode() & 0o111 != 0
 }
 
 #[cfg(test)]
@@ -115,5 +172,74 @@ mod tests {
             let n = profile_name_for(u32::MAX, std::slice::from_ref(&exe));
             assert!(valid_name(&n), "{exe:?} -> {n:?}");
         }
+    }
+
+    /// Dirs a–e under `root`: a lacks `tool`, b's is not executable, c's
+    /// is a directory, d's and e's are programs.
+    fn path_dirs(root: &Path) -> Vec<PathBuf> {
+        use std::os::unix::fs::PermissionsExt;
+        let dirs: Vec<PathBuf> = ["a", "b", "c", "d", "e"]
+            .iter()
+            .map(|d| root.join(d))
+            .collect();
+        for d in &dirs {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        std::fs::write(dirs[1].join("tool"), b"#!/bin/sh\n").unwrap();
+        std::fs::create_dir(dirs[2].join("tool")).unwrap();
+        for d in &dirs[3..] {
+            std::fs::write(d.join("tool"), b"#!/bin/sh\n").unwrap();
+            std::fs::set_permissions(d.join("tool"), std::fs::Permissions::from_mode(0o755))
+                .unwrap();
+        }
+        dirs
+    }
+
+    #[test]
+    fn the_path_search_finds_the_first_program_whichever_way_it_looks() {
+        let d = tempfile::tempdir().unwrap();
+        let tools: Vec<PathBuf> = path_dirs(d.path()).iter().map(|d| d.join("tool")).collect();
+        assert_eq!(first_program(&tools), Some(tools[3].clone()));
+        assert_eq!(first_program_at_once(&tools), Some(tools[3].clone()));
+        assert_eq!(first_program(&tools[..3]), None);
+        assert_eq!(first_program_at_once(&tools[..3]), None);
+        // More candidates than one batch: the program is in the third.
+        let mut many: Vec<PathBuf> = (0..2 * LOOKUPS_AT_ONCE + 3)
+            .map(|i| d.path().join(format!("missing-{i}")).join("tool"))
+            .collect();
+        many.extend_from_slice(&tools[1..]);
+        assert_eq!(first_program_at_once(&many), Some(tools[3].clone()));
+        assert_eq!(first_program(&many), Some(tools[3].clone()));
+    }
+
+    #[test]
+    fn root_a_cold_path_search_looks_up_at_once_and_finds_the_same_program() {
+        use warmstart_sys::cached::{stat_cached, Cached};
+        use warmstart_testbed::{Fs, Testbed, TestbedSpec};
+        if !warmstart_testing::require_root(
+            "root_a_cold_path_search_looks_up_at_once_and_finds_the_same_program",
+        ) {
+            return;
+        }
+        let cache = tempfile::tempdir().unwrap();
+        let src = tempfile::tempdir_in("/var/tmp").unwrap();
+        path_dirs(src.path());
+        let mut spec = TestbedSpec::new(Fs::Ext4);
+        spec.contents = vec![PathBuf::from("/etc/hostname"), src.path().to_path_buf()];
+        spec.cache_dir = cache.path().to_path_buf();
+        let tb = Testbed::prepare(spec).unwrap();
+        let inside = tb.root().join(src.path().strip_prefix("/").unwrap());
+        let tools: Vec<PathBuf> = ["a", "b", "c", "d", "e"]
+            .iter()
+            .map(|d| inside.join(d).join("tool"))
+            .collect();
+        tb.drop_caches().unwrap();
+        // Cold: the cache cannot answer, so the lookups go out at once.
+        assert!(matches!(stat_cached(&tools[0]), Cached::Unknown));
+        assert_eq!(first_program(&tools), Some(tools[3].clone()));
+        // Warm: every candidate is answered from the cache, in order.
+        assert!(matches!(stat_cached(&tools[0]), Cached::Missing));
+        assert!(matches!(stat_cached(&tools[3]), Cached::Found(_)));
+        assert_eq!(first_program(&tools), Some(tools[3].clone()));
     }
 }
