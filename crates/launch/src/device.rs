@@ -58,6 +58,9 @@ impl Verdict {
     }
 }
 
+/// The state directory's file of device verdicts.
+pub const DEVICES_FILE: &str = "devices.json";
+
 /// Verdicts by st_dev, kept in `devices.json` in the state directory.
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct DeviceCache {

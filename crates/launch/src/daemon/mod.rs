@@ -175,13 +175,14 @@ pub fn run(
     // one per state directory and one per socket, held until exit (a
     // status query alone let two daemons started together both run).
     let _state_lock = lock_exclusive(store.root(), true)?;
-    // What writers killed mid-write left behind.
+    // What writers killed mid-write left behind, and stale hints.
     match store.sweep(crate::store::LEFTOVER_AGE) {
         Ok(0) => {}
         Ok(n) => {
             let _ = writeln!(
                 log,
-                "warmstart daemon: removed {n} temporary file(s) left by a killed writer"
+                "warmstart daemon: removed {n} leftover file(s): temporary files of killed \
+                 writers, hints naming forgotten profiles"
             );
         }
         Err(e) => {

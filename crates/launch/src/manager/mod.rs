@@ -4,6 +4,7 @@
 //! a module each.
 
 mod breakdown;
+mod hint;
 mod judge;
 mod learning;
 mod naming;
@@ -19,20 +20,23 @@ use warmstart_plan::compile::CompileOptions;
 use warmstart_record::{argv_text, Exit};
 use warmstart_replay::Report;
 
+use crate::device;
 use crate::store::{valid_name, Phase, Profile, Store};
 use crate::Error;
 
 pub(crate) use judge::judge;
 pub(crate) use learning::{add_trace, load_plan, load_previous_plan, relearn};
 pub use learning::{compile_traces, mark_relearn};
-pub(crate) use naming::{find_program, resolve_exe};
+pub(crate) use naming::resolve_exe;
 pub use naming::{profile_name, profile_name_for};
 pub(crate) use prefetch::plain_launch;
 
 use learning::learn;
-use naming::{canonical, name_for};
+use naming::Walk;
 use prefetch::{prefetch, Launch};
-use warm::{program_cached, quick_warm, save_warm_check, warm_windows, windows_cached};
+use warm::{
+    program_cached, program_cold, quick_warm, save_warm_check, warm_windows, windows_cached,
+};
 
 /// How to prefetch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -138,7 +142,8 @@ pub struct LaunchReport {
     pub uncovered_bytes: Option<u64>,
     pub compiled: Option<String>,
     /// How long the application was held for the replay's head start (or,
-    /// with the sorted strategy, for the whole replay).
+    /// with the sorted strategy, for the whole replay), and, named by a
+    /// hint, until its program's path was walked.
     pub held_ms: Option<f64>,
     /// With `breakdown`: every page the launch touched, by class, and
     /// where it waited.
@@ -162,6 +167,9 @@ pub struct LaunchReport {
     /// replay was started: the wrapper's own cost before any prefetching.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub before_replay_ms: Option<f64>,
+    /// The profile was named by the command line's hint, its program's
+    /// path walked beside the replay (see `hint`).
+    pub named_by_hint: bool,
     /// When the wrapper began, for `before_replay_ms`.
     #[serde(skip)]
     pub(crate) started_at: Option<Instant>,
@@ -192,6 +200,7 @@ impl LaunchReport {
             after_exit_ms: None,
             exited_at: None,
             before_replay_ms: None,
+            named_by_hint: false,
             started_at: None,
         }
     }
@@ -226,6 +235,20 @@ pub fn run_without_recorder(
     run_with::<false>(argv, profile, cfg)
 }
 
+/// Reads `files` on a thread of its own, for their pages to be cached
+/// when they are read in turn; nothing if no thread can be started.
+fn read_ahead(files: &[PathBuf]) {
+    let files = files.to_vec();
+    let _ = std::thread::Builder::new()
+        .name("read-ahead".into())
+        .stack_size(64 << 10)
+        .spawn(move || {
+            for f in files {
+                let _ = std::fs::read(f);
+            }
+        });
+}
+
 /// Whether a launch in `phase` needs the recorder: learning and relearning
 /// record it; a prefetched launch is traced when audited (`audit_next`,
 /// the profile's turn; `cfg.audit`, always) or broken down.
@@ -245,27 +268,62 @@ fn run_with<const RECORDER: bool>(
     profile: Option<&str>,
     cfg: &Config,
 ) -> Result<Option<(Exit, LaunchReport)>, Error> {
+    run_named::<RECORDER>(argv, profile, cfg, true)
+}
+
+/// [`run_with`]; `hints`: whether the profile may be named by the command
+/// line's hint (false when a hint proved wrong and the launch starts over).
+fn run_named<const RECORDER: bool>(
+    argv: &[OsString],
+    profile: Option<&str>,
+    cfg: &Config,
+    hints: bool,
+) -> Result<Option<(Exit, LaunchReport)>, Error> {
     let start = Instant::now();
     // The command line as text, for its profile and messages; the command
     // itself runs with its arguments' bytes as given.
     let text = argv_text(argv);
-    let program = find_program(&text[0]);
-    let name = match profile {
-        Some(n) if !valid_name(n) => return Err(Error::BadName(n.to_string())),
-        Some(n) => n.to_string(),
-        // SAFETY: geteuid has no preconditions.
-        None => name_for(
-            unsafe { libc::geteuid() },
-            &canonical(program.as_deref(), &text[0]),
-            &text,
-        ),
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    // A launch named by its command line may be named by its hint, and its
+    // program's path walked beside the hint's read and the replay.
+    let key = profile.is_none().then(|| hint::key(uid, &text));
+    let walk = if key.is_some() && hints {
+        Walk::beside(uid, &text)
+    } else {
+        Walk::now(uid, &text)
     };
+    let hinted = key
+        .as_deref()
+        .filter(|_| hints)
+        .and_then(|k| hint::read(&cfg.state_dir, k));
+    let name = match (profile, &hinted) {
+        (Some(n), _) if !valid_name(n) => return Err(Error::BadName(n.to_string())),
+        (Some(n), _) => n.to_string(),
+        (None, Some(h)) => h.name.clone(),
+        (None, None) => walk.get().name.clone(),
+    };
+    // What deciding reads after the profile, read meanwhile on a thread of
+    // its own: on a cold cache each is a read the replay would wait for.
+    read_ahead(&[
+        Store::at(&cfg.state_dir).plan_path(&name),
+        cfg.state_dir.join(device::DEVICES_FILE),
+    ]);
+    // Whether the launch goes on under its command's profile: false when
+    // the hint named another, and it must start over, before anything is
+    // launched or saved.
+    let named_right = || profile.is_some() || walk.get().name == name;
+    let over = || run_named::<RECORDER>(argv, profile, cfg, false);
+    let program = || walk.get().program.as_deref();
     // No state to keep, or none that can be read: the launch still
     // happens, unmanaged.
     let unmanaged = |why: &dyn std::fmt::Display| -> Result<Option<(Exit, LaunchReport)>, Error> {
+        if !named_right() {
+            return over();
+        }
         eprintln!("warmstart: {why}; launching without prefetching");
         if cfg.exec_in_place {
-            let source = warmstart_record::exec_in_place(program.as_deref(), argv);
+            let source = warmstart_record::exec_in_place(program(), argv);
             return Err(Error::Spawn {
                 cmd: text.join(" "),
                 source,
@@ -323,14 +381,22 @@ fn run_with<const RECORDER: bool>(
     if !RECORDER && needs_recorder(prof.phase, prof.audit_next, cfg) {
         return Ok(None);
     }
+    // Only a prefetched launch goes on beside its walk (its replay starts
+    // first); any other waits for it.
+    if prof.phase != Phase::Prefetching && !named_right() {
+        drop(_lock);
+        return over();
+    }
     let mut report = LaunchReport::new(&name, prof.phase);
     report.started_at = Some(start);
+    report.named_by_hint = hinted.is_some();
     prof.launches += 1;
 
+    // Called once the name is known to be right.
     let in_place = |store: &Store| {
         // A launch that could not be counted still runs.
         let _ = store.count_launch_in_place(&name);
-        let source = warmstart_record::exec_in_place(program.as_deref(), argv);
+        let source = warmstart_record::exec_in_place(program(), argv);
         Error::Spawn {
             cmd: text.join(" "),
             source,
@@ -348,7 +414,9 @@ fn run_with<const RECORDER: bool>(
                 &mut prof,
                 cfg,
                 &mut report,
-            )?,
+                &|| true,
+            )?
+            .expect("a launch confirmed beforehand is never started over"),
             None if RECORDER => learn(argv, &store, &mut prof, cfg, &mut report)?,
             None => unreachable!("handed over above"),
         },
@@ -359,13 +427,22 @@ fn run_with<const RECORDER: bool>(
             let checks = !(cfg.audit || cfg.breakdown || prof.audit_next);
             // The program's own first page absent: a cold launch, known
             // without the warm check's opens (directory walks read from
-            // storage on a cold cache, before the replay starts).
-            let cold = checks && program.as_deref().is_some_and(|p| !program_cached(p));
+            // storage on a cold cache, before the replay starts). Named by
+            // a hint, the program is the one it names, not yet walked to.
+            let cold = checks
+                && match &hinted {
+                    Some(h) => program_cold(&h.program),
+                    None => program().is_some_and(|p| !program_cached(p)),
+                };
             // Without decoding the plan, from warm-check.json.
             let quick = (checks && !cold)
                 .then(|| quick_warm(&store, &name))
                 .flatten();
             if quick == Some(true) && cfg.exec_in_place {
+                if !named_right() {
+                    drop(_lock);
+                    return over();
+                }
                 return Err(in_place(&store));
             }
             match load_plan(&store, &name) {
@@ -378,10 +455,34 @@ fn run_with<const RECORDER: bool>(
                         && !cold
                         && quick.unwrap_or_else(|| windows_cached(&warm_windows(&plan)));
                     if warm && cfg.exec_in_place {
+                        if !named_right() {
+                            drop(_lock);
+                            return over();
+                        }
                         return Err(in_place(&store));
                     }
                     let launch = Launch::Prefetch { warm };
-                    prefetch::<RECORDER>(argv, &plan, launch, &store, &mut prof, cfg, &mut report)?
+                    let launched = prefetch::<RECORDER>(
+                        argv,
+                        &plan,
+                        launch,
+                        &store,
+                        &mut prof,
+                        cfg,
+                        &mut report,
+                        &named_right,
+                    )?;
+                    match launched {
+                        Some(exit) => exit,
+                        None => {
+                            drop(_lock);
+                            return over();
+                        }
+                    }
+                }
+                Err(_) if !named_right() => {
+                    drop(_lock);
+                    return over();
                 }
                 Err(why) => {
                     eprintln!("warmstart: {why}; launching without prefetching, and relearning");
@@ -421,5 +522,16 @@ fn run_with<const RECORDER: bool>(
         eprintln!("warmstart: could not save the profile: {e}");
     }
     report.after_exit_ms = report.exited_at.map(|t| t.elapsed().as_secs_f64() * 1e3);
+    // The name is known right by now: kept for the next launch, if it
+    // changed.
+    if let Some(k) = &key {
+        let fresh = hint::Hint {
+            name: name.clone(),
+            program: PathBuf::from(&walk.get().canonical),
+        };
+        if fresh.program.is_absolute() && hinted.as_ref() != Some(&fresh) {
+            hint::write(&cfg.state_dir, k, &fresh);
+        }
+    }
     Ok(Some((exit, report)))
 }

@@ -79,6 +79,77 @@ pub(crate) fn find_program(cmd: &str) -> Option<PathBuf> {
     first_program(&candidates)
 }
 
+/// What walking a command's program gives: the file `execvp` will run,
+/// that file with symlinks resolved, and the profile name.
+#[derive(Debug, Clone)]
+pub(super) struct Walked {
+    pub program: Option<PathBuf>,
+    pub canonical: String,
+    pub name: String,
+}
+
+fn walk(uid: u32, text: &[String]) -> Walked {
+    let program = find_program(&text[0]);
+    let canonical = canonical(program.as_deref(), &text[0]);
+    let name = name_for(uid, &canonical, text);
+    Walked {
+        program,
+        canonical,
+        name,
+    }
+}
+
+/// A command's walk, done now or on a thread of its own and waited for
+/// when first needed.
+pub(super) struct Walk {
+    uid: u32,
+    text: Vec<String>,
+    pending: std::cell::Cell<Option<std::thread::JoinHandle<Walked>>>,
+    done: std::cell::OnceCell<Walked>,
+}
+
+impl Walk {
+    /// Walks now.
+    pub fn now(uid: u32, text: &[String]) -> Walk {
+        let w = Walk::later(uid, text);
+        let _ = w.done.set(walk(uid, text));
+        w
+    }
+
+    /// Walks on a thread of its own (or when first needed, if no thread
+    /// can be started).
+    pub fn beside(uid: u32, text: &[String]) -> Walk {
+        let w = Walk::later(uid, text);
+        let owned = text.to_vec();
+        w.pending.set(
+            std::thread::Builder::new()
+                .name("walk".into())
+                .spawn(move || walk(uid, &owned))
+                .ok(),
+        );
+        w
+    }
+
+    fn later(uid: u32, text: &[String]) -> Walk {
+        Walk {
+            uid,
+            text: text.to_vec(),
+            pending: std::cell::Cell::new(None),
+            done: std::cell::OnceCell::new(),
+        }
+    }
+
+    /// The walk's result, waiting for it if it is still under way.
+    pub fn get(&self) -> &Walked {
+        self.done.get_or_init(|| {
+            self.pending
+                .take()
+                .and_then(|h| h.join().ok())
+                .unwrap_or_else(|| walk(self.uid, &self.text))
+        })
+    }
+}
+
 /// Candidates looked up side by side at most, each on its own thread.
 const LOOKUPS_AT_ONCE: usize = 16;
 
@@ -193,6 +264,19 @@ mod tests {
                 .unwrap();
         }
         dirs
+    }
+
+    #[test]
+    fn a_walk_beside_names_what_a_walk_now_names() {
+        let argv: Vec<String> = vec!["sh".into(), "-c".into(), "true".into()];
+        let (now, beside) = (Walk::now(7, &argv), Walk::beside(7, &argv));
+        let (a, b) = (now.get(), beside.get());
+        assert_eq!(
+            (&a.program, &a.canonical, &a.name),
+            (&b.program, &b.canonical, &b.name)
+        );
+        assert!(a.name.starts_with("sh-u7-"), "{a:?}");
+        assert!(a.program.is_some(), "sh is on PATH");
     }
 
     #[test]

@@ -24,7 +24,7 @@ pub(super) fn strategy(plan: &Plan, store: &Store, cfg: &Config) -> Strategy {
     match cfg.strategy {
         StrategyChoice::Fixed(s) => s,
         StrategyChoice::Auto => {
-            match device::plan_seeks(plan, &store.root().join("devices.json")) {
+            match device::plan_seeks(plan, &store.root().join(device::DEVICES_FILE)) {
                 Some(true) => Strategy::Sorted,
                 _ => Strategy::Concurrent,
             }
@@ -43,6 +43,12 @@ pub(super) enum Launch {
 
 /// `RECORDER` false: the caller handed over every launch that records or
 /// traces (see `run_without_recorder`), and this compiles without them.
+///
+/// `named_right` says whether the profile is the command's (named by a
+/// hint, it is known only once the program's path is walked): asked after
+/// the replay has started and before anything is launched. `None`: it was
+/// not, so the replay was cancelled, nothing launched and nothing saved.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn prefetch<const RECORDER: bool>(
     argv: &[OsString],
     plan: &Plan,
@@ -51,16 +57,22 @@ pub(super) fn prefetch<const RECORDER: bool>(
     prof: &mut Profile,
     cfg: &Config,
     report: &mut LaunchReport,
-) -> Result<Exit, Error> {
+    named_right: &dyn Fn() -> bool,
+) -> Result<Option<Exit>, Error> {
     let relearning = launch == Launch::Relearn;
     // A breakdown names the files the plan lacks from the audit trace.
     let do_audit = RECORDER && (cfg.audit || cfg.breakdown || prof.audit_next || relearning);
+    // A traced launch is started by the recorder, before the replay:
+    // confirmed first. (A replay beside the walk is for the cold launch.)
+    if (do_audit || launch == (Launch::Prefetch { warm: true })) && !named_right() {
+        return Ok(None);
+    }
     if launch == (Launch::Prefetch { warm: true }) {
         report.warm_skip = true;
         let (exit, inblock) = plain_launch(argv)?;
         report.app_read_bytes = Some(inblock);
         prof.launches_since_audit += 1;
-        return Ok(exit);
+        return Ok(Some(exit));
     }
     let mut strat = strategy(plan, store, cfg);
     if strat == Strategy::Sorted && !plan.meta.sorted {
@@ -83,9 +95,10 @@ pub(super) fn prefetch<const RECORDER: bool>(
     }
     let engine = match Engine::new(&backend, ropts) {
         Ok(e) => e,
+        Err(_) if !named_right() => return Ok(None),
         Err(e) => {
             report.plan_problem = Some(format!("replay not started: {e}"));
-            return Ok(plain_launch(argv)?.0);
+            return Ok(Some(plain_launch(argv)?.0));
         }
     };
     let cancel = engine.cancel_flag();
@@ -112,14 +125,16 @@ pub(super) fn prefetch<const RECORDER: bool>(
 
     // The replay runs on its own threads, started before the exec; the
     // sorted strategy waits for it to finish first.
-    let (exit, replay_report, audit) = std::thread::scope(|s| -> Result<_, Error> {
+    let launched = std::thread::scope(|s| -> Result<_, Error> {
         let mut running = None;
         let mut done = None;
         let mut held_ms = None;
         let began = report.started_at;
         let mut before_replay_ms = None;
+        let mut started = None;
         let mut start = || {
             let t0 = Instant::now();
+            started = Some(t0);
             before_replay_ms = began.map(|b| t0.duration_since(b).as_secs_f64() * 1e3);
             let h = s.spawn(|| engine.run(plan).ok());
             if strat == Strategy::Sorted {
@@ -158,6 +173,16 @@ pub(super) fn prefetch<const RECORDER: bool>(
             )
         } else {
             start();
+            // Named by a hint, the program is held until its path is
+            // walked, the replay running meanwhile.
+            if !named_right() {
+                cancel.store(true, Ordering::Relaxed);
+                if let Some(h) = running {
+                    let _ = h.join();
+                }
+                return Ok(None);
+            }
+            held_ms = started.map(|t| t.elapsed().as_secs_f64() * 1e3);
             let (exit, inblock) = plain_launch(argv)?;
             report.app_read_bytes = Some(inblock);
             (exit, None)
@@ -170,8 +195,11 @@ pub(super) fn prefetch<const RECORDER: bool>(
         if let Some(h) = running {
             done = h.join().ok().flatten();
         }
-        Ok((exit, done, audit))
+        Ok(Some((exit, done, audit)))
     })?;
+    let Some((exit, replay_report, audit)) = launched else {
+        return Ok(None);
+    };
     let mut replay_report = replay_report;
     if let Some(w) = waits {
         let collected = w.finish();
@@ -204,7 +232,7 @@ pub(super) fn prefetch<const RECORDER: bool>(
     } else {
         judge(prof, store, plan, audit, replay_report, cfg, report);
     }
-    Ok(exit)
+    Ok(Some(exit))
 }
 
 /// Launches without recording. Returns the exit and the bytes the

@@ -86,14 +86,27 @@ pub(super) fn windows_cached(windows: &[(String, u64, u64)]) -> bool {
     pages > 0 && resident * 10 >= pages * 9
 }
 
-/// Whether the first page of the program being launched (the binary, or
-/// the script an interpreter will read) is in the page cache. Every
-/// launch reads it, so absent means a cold launch, without the warm
-/// check's opens: on a cold cache each of those walks directories read
-/// from storage before the replay starts (the wrapper spent 36-63 ms
-/// before it on the `cloud` model, 1.2 ms per read). The program's path was just resolved, so opening it
-/// reads nothing. A program that cannot be opened says nothing (`true`:
-/// the full check decides).
+/// Whether a launch of `program` (the binary, or the script an
+/// interpreter will read) is cold: its path is not in the dentry cache,
+/// or its first page is not in the page cache. Every launch reads that
+/// page, so absent means a cold launch, known without the warm check's
+/// opens: on a cold cache each of those walks directories read from
+/// storage before the replay starts (the wrapper spent 36-63 ms before it
+/// on the `cloud` model, 1.2 ms per read). A path the cache cannot
+/// resolve is answered without a read: for a launch named by its hint,
+/// whose program is not yet walked to, walking there is most of that
+/// cost. (On a file system whose names are revalidated (NFS, FUSE) the
+/// cache never answers, so such a launch is always taken as cold.)
+pub(super) fn program_cold(program: &std::path::Path) -> bool {
+    match warmstart_sys::cached::stat_cached(program) {
+        warmstart_sys::cached::Cached::Unknown => true,
+        _ => !program_cached(program),
+    }
+}
+
+/// Whether the program's first page is in the page cache. Its path is
+/// cached, so opening it reads nothing. A program that cannot be opened
+/// says nothing (`true`: the full check decides).
 pub(super) fn program_cached(program: &std::path::Path) -> bool {
     // /usr/bin/python3 and /usr/bin/clang are symlinks; plan paths never
     // are, so the real file is opened.
