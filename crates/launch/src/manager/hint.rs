@@ -75,10 +75,15 @@ pub(super) fn key(uid: u32, argv: &[String]) -> String {
         .collect()
 }
 
+/// The file of the hint kept under `key`.
+pub(super) fn path(state_dir: &Path, key: &str) -> PathBuf {
+    dir(state_dir).join(key)
+}
+
 /// The hint kept under `key`, if there is one that reads and names a
 /// valid profile.
 pub(super) fn read(state_dir: &Path, key: &str) -> Option<Hint> {
-    let bytes = std::fs::read(dir(state_dir).join(key)).ok()?;
+    let bytes = std::fs::read(path(state_dir, key)).ok()?;
     let hint: Hint = serde_json::from_slice(&bytes).ok()?;
     (valid_name(&hint.name) && hint.program.is_absolute()).then_some(hint)
 }

@@ -235,9 +235,21 @@ pub fn run_without_recorder(
     run_with::<false>(argv, profile, cfg)
 }
 
+/// Whether the dentry cache resolves `path` without a read.
+fn in_dcache(path: &std::path::Path) -> bool {
+    !matches!(
+        warmstart_sys::cached::stat_cached(path),
+        warmstart_sys::cached::Cached::Unknown
+    )
+}
+
 /// Reads `files` on a thread of its own, for their pages to be cached
-/// when they are read in turn; nothing if no thread can be started.
+/// when they are read in turn; nothing if the dentry cache has them all
+/// (a warm launch), or if no thread can be started.
 fn read_ahead(files: &[PathBuf]) {
+    if files.iter().all(|f| in_dcache(f)) {
+        return;
+    }
     let files = files.to_vec();
     let _ = std::thread::Builder::new()
         .name("read-ahead".into())
@@ -286,17 +298,17 @@ fn run_named<const RECORDER: bool>(
     // SAFETY: geteuid has no preconditions.
     let uid = unsafe { libc::geteuid() };
     // A launch named by its command line may be named by its hint, and its
-    // program's path walked beside the hint's read and the replay.
+    // program's path walked beside the hint's read and the replay. Warm,
+    // where the dentry cache answers, the walk costs less than a thread.
     let key = profile.is_none().then(|| hint::key(uid, &text));
-    let walk = if key.is_some() && hints {
-        Walk::beside(uid, &text)
-    } else {
-        Walk::now(uid, &text)
-    };
-    let hinted = key
-        .as_deref()
-        .filter(|_| hints)
-        .and_then(|k| hint::read(&cfg.state_dir, k));
+    let key_read = key.as_deref().filter(|_| hints);
+    let early = key_read.is_some_and(|k| !in_dcache(&hint::path(&cfg.state_dir, k)));
+    let walk = early.then(|| Walk::beside(uid, &text));
+    let hinted = key_read.and_then(|k| hint::read(&cfg.state_dir, k));
+    let walk = walk.unwrap_or_else(|| match &hinted {
+        Some(h) if !in_dcache(&h.program) => Walk::beside(uid, &text),
+        _ => Walk::now(uid, &text),
+    });
     let name = match (profile, &hinted) {
         (Some(n), _) if !valid_name(n) => return Err(Error::BadName(n.to_string())),
         (Some(n), _) => n.to_string(),
