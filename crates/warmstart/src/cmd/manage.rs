@@ -105,7 +105,12 @@ fn run_with(
         ) {
             eprintln!(
                 "warmstart: started the replay {before:.1} ms after starting; held the program \
-                 {held:.1} ms for its head start; {after:.1} ms after it exited"
+                 {held:.1} ms for its head start{}; {after:.1} ms after it exited",
+                if report.named_by_hint {
+                    " and its path's walk (named by its hint)"
+                } else {
+                    ""
+                }
             );
         }
     }
