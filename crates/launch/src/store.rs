@@ -347,13 +347,11 @@ impl Store {
 
     /// Removes what writers killed mid-write left behind: temporary files
     /// (`.NAME.XXXX.tmp`) older than `max_age` in the state directory and
-    /// in each profile, and the hints (`names/`) that name a profile no
-    /// longer here. Returns how many were removed.
+    /// in `names/` and in each profile. Returns how many were removed.
     pub fn sweep(&self, max_age: std::time::Duration) -> Result<usize, Error> {
-        let names = self.names()?;
         let mut dirs = vec![self.root.clone(), self.root.join("names")];
-        dirs.extend(names.iter().map(|n| self.dir(n)));
-        let mut removed = self.sweep_hints(&names);
+        dirs.extend(self.names()?.into_iter().map(|n| self.dir(&n)));
+        let mut removed = 0;
         let now = std::time::SystemTime::now();
         for d in dirs {
             let Ok(rd) = std::fs::read_dir(&d) else {
@@ -378,26 +376,6 @@ impl Store {
             }
         }
         Ok(removed)
-    }
-
-    /// Removes the hints (`names/KEY`, see `warmstart run`) that name none
-    /// of `profiles`.
-    fn sweep_hints(&self, profiles: &[String]) -> usize {
-        let Ok(rd) = std::fs::read_dir(self.root.join("names")) else {
-            return 0;
-        };
-        let mut removed = 0;
-        for e in rd.flatten() {
-            let named = std::fs::read(e.path())
-                .ok()
-                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-                .and_then(|v| v.get("name")?.as_str().map(String::from));
-            let gone = named.is_some_and(|n| !profiles.contains(&n));
-            if gone && std::fs::remove_file(e.path()).is_ok() {
-                removed += 1;
-            }
-        }
-        removed
     }
 
     /// Rebuilds a profile whose `profile.json` does not parse (`why`) from
@@ -787,14 +765,7 @@ mod tests {
                 .set_modified(long_ago)
                 .unwrap();
         }
-        // Hints: one names the profile, one a profile forgotten since.
-        std::fs::create_dir(d.path().join("names")).unwrap();
-        let kept = d.path().join("names").join("k1");
-        let stale = d.path().join("names").join("k2");
-        std::fs::write(&kept, br#"{"name":"app-1","program":"/bin/app"}"#).unwrap();
-        std::fs::write(&stale, br#"{"name":"gone-1","program":"/bin/gone"}"#).unwrap();
-        assert_eq!(s.sweep(LEFTOVER_AGE).unwrap(), 3);
-        assert!(kept.exists() && !stale.exists());
+        assert_eq!(s.sweep(LEFTOVER_AGE).unwrap(), 2);
         assert!(!old.exists() && !top.exists());
         assert!(fresh.exists(), "a writer may still be using it");
         assert!(s.dir("app-1").join("profile.json").exists());

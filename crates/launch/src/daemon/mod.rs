@@ -175,14 +175,13 @@ pub fn run(
     // one per state directory and one per socket, held until exit (a
     // status query alone let two daemons started together both run).
     let _state_lock = lock_exclusive(store.root(), true)?;
-    // What writers killed mid-write left behind, and stale hints.
+    // What writers killed mid-write left behind.
     match store.sweep(crate::store::LEFTOVER_AGE) {
         Ok(0) => {}
         Ok(n) => {
             let _ = writeln!(
                 log,
-                "warmstart daemon: removed {n} leftover file(s): temporary files of killed \
-                 writers, hints naming forgotten profiles"
+                "warmstart daemon: removed {n} temporary file(s) left by a killed writer"
             );
         }
         Err(e) => {
@@ -191,6 +190,14 @@ pub fn run(
                 "warmstart daemon: cannot sweep the state directory: {e}"
             );
         }
+    }
+    // And the hints of `warmstart run` naming profiles forgotten since.
+    let stale = crate::manager::sweep_hints(&store);
+    if stale > 0 {
+        let _ = writeln!(
+            log,
+            "warmstart daemon: removed {stale} hint(s) naming forgotten profiles"
+        );
     }
     control::socket_dir(&dcfg.socket)?;
     let _socket_lock = lock_exclusive(&lock_path(&dcfg.socket), false)?;

@@ -100,6 +100,31 @@ pub(super) fn write(state_dir: &Path, key: &str, hint: &Hint) {
     }
 }
 
+/// Removes the hints that name a profile no longer in `store` (forgotten
+/// since); returns how many. Hints are only ever an optimisation, so one
+/// that cannot be read or removed is left.
+pub(crate) fn sweep(store: &crate::store::Store) -> usize {
+    let Ok(profiles) = store.names() else {
+        return 0;
+    };
+    let Ok(rd) = std::fs::read_dir(dir(store.root())) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for e in rd.flatten() {
+        let Some(hint) = std::fs::read(e.path())
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Hint>(&b).ok())
+        else {
+            continue;
+        };
+        if !profiles.contains(&hint.name) && std::fs::remove_file(e.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -113,6 +138,25 @@ mod tests {
         assert_ne!(k, key(0, &["npm".into(), "config list".into()]));
         assert_ne!(k, key(0, &["/usr/bin/npm".into(), "config".into()]));
         assert_eq!(k.len(), 32);
+    }
+
+    #[test]
+    fn the_sweep_removes_hints_of_forgotten_profiles_only() {
+        let d = tempfile::tempdir().unwrap();
+        let store = crate::store::Store::open(d.path()).unwrap();
+        let mut p = crate::store::Profile::new("app-1", &["app".into()]);
+        store.save(&mut p).unwrap();
+        let hint = |name: &str| Hint {
+            name: name.into(),
+            program: "/bin/app".into(),
+        };
+        write(d.path(), "k1", &hint("app-1"));
+        write(d.path(), "k2", &hint("gone-1"));
+        std::fs::write(dir(d.path()).join("k3"), b"not a hint").unwrap();
+        assert_eq!(sweep(&store), 1);
+        assert_eq!(read(d.path(), "k1"), Some(hint("app-1")));
+        assert_eq!(read(d.path(), "k2"), None);
+        assert!(dir(d.path()).join("k3").exists());
     }
 
     #[test]

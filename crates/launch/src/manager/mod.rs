@@ -24,6 +24,7 @@ use crate::device;
 use crate::store::{valid_name, Phase, Profile, Store};
 use crate::Error;
 
+pub(crate) use hint::sweep as sweep_hints;
 pub(crate) use judge::judge;
 pub(crate) use learning::{add_trace, load_plan, load_previous_plan, relearn};
 pub use learning::{compile_traces, mark_relearn};
