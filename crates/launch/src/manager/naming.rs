@@ -102,8 +102,6 @@ fn walk(uid: u32, text: &[String]) -> Walked {
 /// A command's walk, done now or on a thread of its own and waited for
 /// when first needed.
 pub(super) struct Walk {
-    uid: u32,
-    text: Vec<String>,
     pending: std::cell::Cell<Option<std::thread::JoinHandle<Walked>>>,
     done: std::cell::OnceCell<Walked>,
 }
@@ -111,41 +109,35 @@ pub(super) struct Walk {
 impl Walk {
     /// Walks now.
     pub fn now(uid: u32, text: &[String]) -> Walk {
-        let w = Walk::later(uid, text);
+        let w = Walk {
+            pending: std::cell::Cell::new(None),
+            done: std::cell::OnceCell::new(),
+        };
         let _ = w.done.set(walk(uid, text));
         w
     }
 
-    /// Walks on a thread of its own (or when first needed, if no thread
-    /// can be started).
+    /// Walks on a thread of its own (now, if no thread can be started).
     pub fn beside(uid: u32, text: &[String]) -> Walk {
-        let w = Walk::later(uid, text);
         let owned = text.to_vec();
-        w.pending.set(
-            std::thread::Builder::new()
-                .name("walk".into())
-                .spawn(move || walk(uid, &owned))
-                .ok(),
-        );
-        w
-    }
-
-    fn later(uid: u32, text: &[String]) -> Walk {
-        Walk {
-            uid,
-            text: text.to_vec(),
-            pending: std::cell::Cell::new(None),
-            done: std::cell::OnceCell::new(),
+        match std::thread::Builder::new()
+            .name("walk".into())
+            .spawn(move || walk(uid, &owned))
+        {
+            Ok(h) => Walk {
+                pending: std::cell::Cell::new(Some(h)),
+                done: std::cell::OnceCell::new(),
+            },
+            Err(_) => Walk::now(uid, text),
         }
     }
 
     /// The walk's result, waiting for it if it is still under way.
     pub fn get(&self) -> &Walked {
         self.done.get_or_init(|| {
-            self.pending
-                .take()
-                .and_then(|h| h.join().ok())
-                .unwrap_or_else(|| walk(self.uid, &self.text))
+            let h = self.pending.take().expect("a walk not done is under way");
+            // A walk that panicked would have panicked in line too.
+            h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))
         })
     }
 }
