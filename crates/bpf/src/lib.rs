@@ -9,8 +9,10 @@ pub mod probe;
 mod tracefs;
 pub mod waits;
 
+use std::collections::HashSet;
 use std::mem::MaybeUninit;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
@@ -41,6 +43,12 @@ use skel::{RecordSkel, RecordSkelBuilder};
 /// Values of the `tracked` map, as record.bpf.c defines them.
 const TRACK_ALL: u8 = 1;
 const TRACK_TREE: u8 = 2;
+
+/// `RECORDED_ONE` in record.bpf.c: one more process that may be recorded,
+/// and one more insertion.
+const RECORDED_ONE: u64 = (1 << 32) | 1;
+/// The low half of `recorded_n`: how many processes may be recorded.
+const RECORDED_COUNT: u64 = 0xffff_ffff;
 
 /// Why the recorder could not start. Each variant says what is missing.
 #[derive(Debug, thiserror::Error)]
@@ -103,6 +111,30 @@ pub struct Recorder {
     stopped: Arc<AtomicBool>,
     /// Tracepoints the probe switched off on this kernel.
     pub disabled: Vec<String>,
+    /// `recorded_n` in the program's mapped `.bss`.
+    recorded_n: RecordedCount,
+    /// A process may have stopped being recorded since the last count.
+    recount_due: AtomicBool,
+}
+
+/// `recorded_n` in record.bpf.c, which the kernel side adds to atomically
+/// and user space lowers by compare-and-swap.
+struct RecordedCount(NonNull<u64>);
+
+// SAFETY: the pointer is into the skeleton's `.bss` mapping, which lives
+// as long as the `Recorder` that owns both, and is only accessed
+// atomically (through `get`), as the BPF programs access it.
+unsafe impl Send for RecordedCount {}
+// SAFETY: as above; every access is an atomic operation.
+unsafe impl Sync for RecordedCount {}
+
+impl RecordedCount {
+    fn get(&self) -> &AtomicU64 {
+        // SAFETY: a u64 global of the BPF program (8-aligned in its
+        // section), valid while the skeleton is, which outlives `&self`;
+        // the kernel side only uses atomic adds and plain loads on it.
+        unsafe { AtomicU64::from_ptr(self.0.as_ptr()) }
+    }
 }
 
 impl Recorder {
@@ -152,6 +184,14 @@ impl Recorder {
             }
         }
         let mut skel = open.load().map_err(bpf_err("load"))?;
+        let recorded_n = RecordedCount(NonNull::from(
+            &mut skel
+                .maps
+                .bss_data
+                .as_deref_mut()
+                .expect("record.bpf.c has a mapped .bss")
+                .recorded_n,
+        ));
         skel.attach().map_err(bpf_err("attach"))?;
 
         let (tx, rx) = mpsc::channel();
@@ -184,6 +224,8 @@ impl Recorder {
             rx,
             stopped,
             disabled,
+            recorded_n,
+            recount_due: AtomicBool::new(false),
         })
     }
 
@@ -205,12 +247,72 @@ impl Recorder {
             .maps
             .tracked
             .update(&tgid.to_ne_bytes(), &[level], MapFlags::ANY)
-            .map_err(bpf_err("map update"))
+            .map_err(bpf_err("map update"))?;
+        if level == TRACK_ALL {
+            // After the update, as the kernel side does (see recorded_n).
+            self.recorded_n
+                .get()
+                .fetch_add(RECORDED_ONE, Ordering::SeqCst);
+        } else {
+            self.recount_due.store(true, Ordering::Relaxed);
+        }
+        Ok(())
     }
 
     /// Stops tracing a process (its future children are not followed).
     pub fn untrack(&self, tgid: u32) {
         let _ = self.skel.maps.tracked.delete(&tgid.to_ne_bytes());
+        self.recount_due.store(true, Ordering::Relaxed);
+    }
+
+    /// How many processes the kernel side may be recording: never fewer
+    /// than are tracked with their pages and path operations, and zero
+    /// once none are and the recorder has counted them again (on the next
+    /// [`poll`](Self::poll) after an untrack or an exit). While it is zero
+    /// the hooks on every system call and page return at once.
+    pub fn maybe_recorded(&self) -> u32 {
+        (self.recorded_n.get().load(Ordering::SeqCst) & RECORDED_COUNT) as u32
+    }
+
+    /// Lowers `recorded_n` to the TRACK_ALL entries of `tracked`, unless
+    /// the kernel side added one while they were counted (then the next
+    /// call tries again; a count that stays too high only costs time).
+    fn recount(&self) {
+        let cell = self.recorded_n.get();
+        let before = cell.load(Ordering::SeqCst);
+        if before & RECORDED_COUNT == 0 {
+            return;
+        }
+        let map = &self.skel.maps.tracked;
+        let mut recorded = HashSet::new();
+        // A key deleted under the walk sends it back to the first key:
+        // bounded, and counted once each.
+        for key in map.keys().take(4 * 65536) {
+            if let Ok(Some(level)) = map.lookup(&key, MapFlags::ANY) {
+                if level.first() == Some(&TRACK_ALL) {
+                    recorded.insert(key);
+                }
+            }
+        }
+        let after = (before & !RECORDED_COUNT) | recorded.len() as u64;
+        if cell
+            .compare_exchange(before, after, Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
+        {
+            self.recount_due.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts the recorded processes again if one may have stopped being
+    /// recorded since the last count: untracked, followed as a tree only,
+    /// or exited (in `events`). Called before a poll waits, so that the
+    /// program a daemon has just let go runs without the hooks' lookups,
+    /// and after, for the exits it brought.
+    fn recount_after(&self, events: &[Event]) {
+        let exited = events.iter().any(|e| matches!(e, Event::Exit { .. }));
+        if self.recount_due.swap(false, Ordering::Relaxed) || exited {
+            self.recount();
+        }
     }
 
     /// Daemon mode: leaves the program `(dev, ino)` alone for `hold` when
@@ -283,6 +385,7 @@ impl Recorder {
     /// An exec ends the batch: it is returned with what came before it,
     /// and the records after it wait for the next call.
     pub fn poll(&self, timeout: Duration, out: &mut Vec<Event>) -> Result<(), Error> {
+        self.recount_after(&[]);
         let polled = self.ring.poll(timeout);
         if !self.stopped_at_exec() {
             match polled {
@@ -296,7 +399,9 @@ impl Recorder {
                 consumed.map_err(bpf_err("consume"))?;
             }
         }
+        let from = out.len();
         out.extend(self.rx.try_iter());
+        self.recount_after(&out[from..]);
         Ok(())
     }
 
@@ -309,7 +414,9 @@ impl Recorder {
                 break;
             }
         }
+        let from = out.len();
         out.extend(self.rx.try_iter());
+        self.recount_after(&out[from..]);
         Ok(())
     }
 

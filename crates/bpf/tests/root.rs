@@ -167,3 +167,58 @@ fn root_open_in_a_chroot_is_named_from_the_chroot() {
         "{opened:?}"
     );
 }
+
+/// The hooks on every system call and page of the machine return at once
+/// while no process is recorded (`Recorder::maybe_recorded` is zero), and
+/// a process still recorded keeps being recorded when another is let go:
+/// the count falls to what `tracked` holds, never under it.
+#[test]
+fn root_hooks_idle_while_nothing_is_recorded() {
+    if !warmstart_testing::require_root("root_hooks_idle_while_nothing_is_recorded") {
+        return;
+    }
+    use std::io::Write;
+    use std::process::Stdio;
+    let dir = std::env::temp_dir().join(format!("ws-bpf-idle-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let probe = dir.join("probe.txt");
+    std::fs::write(&probe, b"x").unwrap();
+    let probe = probe.display().to_string();
+
+    let rec = Recorder::start(Options::default()).unwrap();
+    assert_eq!(rec.maybe_recorded(), 0, "nothing tracked yet");
+    let held = |script: &str| {
+        Command::new("/bin/sh")
+            .args(["-c", script])
+            .stdin(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mut kept = held(&format!("read x; cat {probe} >/dev/null"));
+    let mut let_go = held("read x");
+    rec.track(kept.id()).unwrap();
+    rec.track(let_go.id()).unwrap();
+    assert!(rec.maybe_recorded() >= 2, "{}", rec.maybe_recorded());
+
+    rec.untrack(let_go.id());
+    let mut buf = Vec::new();
+    rec.poll(Duration::from_millis(1), &mut buf).unwrap();
+    assert_eq!(rec.maybe_recorded(), 1, "counted again after the untrack");
+    writeln!(let_go.stdin.take().unwrap()).unwrap();
+    assert!(let_go.wait().unwrap().success());
+
+    // The one still recorded: its child's open of the probe is seen.
+    writeln!(kept.stdin.take().unwrap()).unwrap();
+    assert!(kept.wait().unwrap().success());
+    let mut opened = false;
+    let t = Instant::now();
+    while !(opened && rec.maybe_recorded() == 0) && t.elapsed() < Duration::from_secs(10) {
+        rec.poll(Duration::from_millis(50), &mut buf).unwrap();
+        opened |= buf.drain(..).any(|ev| {
+            matches!(ev, Event::Open { file, .. } if file.path.absolute().as_deref() == Some(probe.as_str()))
+        });
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(opened, "the recorded process's child opened {probe}");
+    assert_eq!(rec.maybe_recorded(), 0, "none left once the tree exited");
+}
