@@ -156,6 +156,70 @@ fn root_daemon_learn_forget_restart_crash_and_exec_chains() {
     });
     assert_eq!(early(&d), before + 1, "{}", d.status());
 
+    // A script run through `env` (`#!/usr/bin/env sh`) is a launch of its
+    // interpreter and script from `env`'s exec on: allowed by the script's
+    // path, recorded with `env`'s own start, and its next launch's replay
+    // started at the execve.
+    let env_sh = {
+        use std::os::unix::fs::PermissionsExt;
+        let p = allowed.join("env-child.sh");
+        std::fs::write(&p, format!("#!/usr/bin/env sh\n{} \"$@\"\n", fx.display())).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        p
+    };
+    let env_prof = || {
+        std::fs::read_dir(state.join("profiles"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| {
+                *p != child_prof
+                    && p.file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with("sh-"))
+            })
+    };
+    let mut env_count = 0;
+    let mut env_dir = None;
+    for _ in 0..4 {
+        fs.evict();
+        run_ok(Command::new(&env_sh).arg("run").arg(&fs.mnt));
+        env_count += 1;
+        d.wait_for("the env script's launch", Duration::from_secs(15), || {
+            env_prof().is_some_and(|p| launches(&p) == env_count)
+        });
+        let p = env_prof().unwrap();
+        if json(&p.join("profile.json"))["phase"] == "prefetching" {
+            env_dir = Some(p);
+            break;
+        }
+    }
+    let env_dir = env_dir.expect("no plan for the env script after four launches");
+    let command = json(&env_dir.join("profile.json"))["command"].to_string();
+    assert!(command.contains("env-child.sh"), "{command}");
+    let plan = show_json(&env_dir.join("plan"));
+    assert!(
+        has_files_under(&plan, &fs.mnt.join("data")),
+        "the env script's plan has the fixture's files: {plan}"
+    );
+    assert!(
+        plan["files"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|f| f["path"] == "/usr/bin/env")),
+        "env's own start was recorded: {plan}"
+    );
+    let before = early(&d);
+    fs.evict();
+    run_ok(Command::new(&env_sh).arg("run").arg(&fs.mnt));
+    env_count += 1;
+    d.wait_for("the env script's launch", Duration::from_secs(15), || {
+        launches(&env_dir) == env_count
+    });
+    assert_eq!(early(&d), before + 1, "{}", d.status());
+    assert_eq!(
+        json(&env_dir.join("last-launch.json"))["phase_before"],
+        "prefetching"
+    );
+
     // Forgetting goes through the daemon: a launch in progress does not
     // bring the profile back.
     let name = fx_prof.file_name().unwrap().to_str().unwrap().to_string();
@@ -337,6 +401,16 @@ fn root_daemon_learn_forget_restart_crash_and_exec_chains() {
         Duration::from_secs(15),
         || launches(&other_prof) == before + 1,
     );
+    // The script's replay starts at its execve after the restart too:
+    // the profile each execve started is kept in the state directory.
+    let hints = std::fs::read_to_string(d.state.join("execs.json")).unwrap_or_default();
+    let child_name = child_prof
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .to_string();
+    assert!(hints.contains(&child_name), "{hints}");
+    let before = early(&d);
     fs.evict();
     run_ok(Command::new(&child_sh).arg("run").arg(&fs.mnt));
     child_count += 1;
@@ -349,6 +423,7 @@ fn root_daemon_learn_forget_restart_crash_and_exec_chains() {
         json(&child_prof.join("last-launch.json"))["phase_before"],
         "prefetching"
     );
+    assert_eq!(early(&d), before + 1, "{}", d.status());
 
     // `learn --remove` undoes `learn`; without a daemon, a clear error.
     let out = d.cli("learn", &["--remove", other.to_str().unwrap()]);

@@ -15,13 +15,15 @@ use warmstart_bpf::Event;
 use super::cache::{evict_lru, Check};
 use super::config::DaemonConfig;
 use super::control::DaemonStatus;
+use super::execs::{self, ExecHints};
 use super::follow::{
-    decide, new_session, replaying, session_status, since, start_early, stop_replay, Ctx, Early,
-    Mode, Session,
+    decide, new_session, replaying, session_status, since, start_early, start_hinted, stop_replay,
+    Ctx, Early, Mode, Session,
 };
 use super::foresight::Foresight;
 use super::learn::{finish, Fate, Learners};
 use super::policy::{script_prefix, subcommand, QuietExe, Scripts};
+use super::recent::Recent;
 use super::registry::Registry;
 use super::tuning::Realtime;
 use super::Shared;
@@ -99,12 +101,6 @@ impl EventSource for warmstart_bpf::Recorder {
 /// memory) and how long a stop request set just before the wait waits.
 pub(super) const IDLE_POLL: Duration = Duration::from_secs(1);
 
-/// How many of the latest launches the status percentiles cover. They are
-/// recomputed (copied and sorted) on every pass of the event loop, so they
-/// must not grow with the daemon's uptime: 100,000 launches would cost
-/// milliseconds every 20 ms.
-const RECENT_LAUNCHES: usize = 4096;
-
 /// How long after exec'ing `warmstart run` a process's next exec is taken
 /// for the wrapped program run in `run`'s place: `run` decides within
 /// milliseconds (a large plan's residency check within a second).
@@ -126,10 +122,10 @@ pub(super) struct Loop<S: EventSource> {
     pub(super) rt: Realtime,
     pub(super) status: DaemonStatus,
     started: Instant,
-    latencies: Vec<f64>,
-    first_requests: Vec<f64>,
-    reactions: Vec<f64>,
-    first_starts: Vec<f64>,
+    latencies: Recent,
+    first_requests: Recent,
+    reactions: Recent,
+    first_starts: Recent,
     pub(super) sessions: HashMap<u32, Session>,
     /// Each followed process's launch (its first process).
     pub(super) owner: HashMap<u32, u32>,
@@ -139,6 +135,8 @@ pub(super) struct Loop<S: EventSource> {
     /// whether the file was a script (see `script_prefix`).
     pending: HashMap<u32, (String, Vec<String>, Instant)>,
     scripts: Scripts,
+    /// The profile each execve started last time.
+    pub(super) execs: ExecHints,
     buf: Vec<Event>,
     /// Startup plans, predictions, idle preloads.
     pub(super) foresight: Foresight,
@@ -189,15 +187,16 @@ impl<S: EventSource> Loop<S> {
             rt,
             status,
             started: Instant::now(),
-            latencies: Vec::new(),
-            first_requests: Vec::new(),
-            reactions: Vec::new(),
-            first_starts: Vec::new(),
+            latencies: Recent::default(),
+            first_requests: Recent::default(),
+            reactions: Recent::default(),
+            first_starts: Recent::default(),
             sessions: HashMap::new(),
             owner: HashMap::new(),
             early: HashMap::new(),
             pending: HashMap::new(),
             scripts: Scripts::default(),
+            execs: ExecHints::in_memory(),
             buf: Vec::new(),
             foresight: Foresight::off(),
             launched: Vec::new(),
@@ -385,7 +384,18 @@ impl<S: EventSource> Loop<S> {
             skip_wrapped: self.skip_wrapped,
         };
         let running = replaying(&self.sessions, self.early.len());
-        match start_early(&ctx, tgid, ts_ns, filename, argv, running, &self.scripts) {
+        // The hint first: it reads nothing.
+        let key = execs::key_of(tgid, filename, argv);
+        let hinted = key.as_ref().and_then(|k| {
+            let name = self.execs.get(k)?;
+            start_hinted(&ctx, tgid, ts_ns, name, k, running)
+        });
+        if let Some(k) = key {
+            self.execs.began(tgid, k);
+        }
+        let started = hinted
+            .or_else(|| start_early(&ctx, tgid, ts_ns, filename, argv, running, &self.scripts));
+        match started {
             Some(e) => {
                 self.early.insert(tgid, e);
                 self.foresight.launch_begins();
@@ -494,10 +504,14 @@ impl<S: EventSource> Loop<S> {
         // Not adopted: another program, or not followed after all.
         if let Some(e) = started_early {
             stop_replay(&e.mode);
+            if let Some(k) = &e.hinted {
+                self.execs.forget(k);
+            }
         }
+        let exec_key = self.execs.take(tgid);
         let replay_started = matches!(&decided, Some((_, Some(_))));
         if let Some((_, Some(l))) = &decided {
-            push_recent(&mut self.latencies, *l);
+            self.latencies.push(*l);
         }
         match (self.sessions.get_mut(&tgid), decided) {
             // The launch's first process exec'd again: it is now this
@@ -551,6 +565,7 @@ impl<S: EventSource> Loop<S> {
                 self.launched.push(tgid);
                 let mut s = new_session(tgid, d, ts_ns);
                 s.quiet = quiet;
+                s.exec_key = exec_key;
                 self.sessions.insert(tgid, s);
             }
             (None, None) => {
@@ -650,15 +665,13 @@ impl<S: EventSource> Loop<S> {
                 self.status.launches_prefetched += 1;
                 let first = first_request_ns.load(Ordering::Relaxed);
                 if first > 0 {
-                    push_recent(&mut self.first_requests, since(s.exec_ts_ns, first) / 1e3);
-                    push_recent(
-                        &mut self.reactions,
-                        first.saturating_sub(*seen_ns) as f64 / 1e3,
-                    );
+                    self.first_requests.push(since(s.exec_ts_ns, first) / 1e3);
+                    self.reactions
+                        .push(first.saturating_sub(*seen_ns) as f64 / 1e3);
                 }
                 let start = first_start_ns.load(Ordering::Relaxed);
                 if start > 0 {
-                    push_recent(&mut self.first_starts, since(s.exec_ts_ns, start) / 1e3);
+                    self.first_starts.push(since(s.exec_ts_ns, start) / 1e3);
                 }
             } else {
                 self.status.launches_learned += 1;
@@ -667,6 +680,9 @@ impl<S: EventSource> Loop<S> {
             // goes into the history under the program it ended as (an
             // exec chain is one launch, of its last program).
             stop_replay(&s.mode);
+            if let Some(k) = s.exec_key.clone() {
+                self.execs.learn(k, &s.name);
+            }
             let at_ms =
                 crate::store::now_ms().saturating_sub(s.started.elapsed().as_millis() as u64);
             self.foresight.launch_ended(&s.name, root, at_ms);
@@ -686,6 +702,13 @@ impl<S: EventSource> Loop<S> {
                     Err(e) => {
                         let _ = writeln!(err, "warmstart daemon: {e}");
                     }
+                }
+            });
+        }
+        if let Some((path, bytes)) = self.execs.take_write() {
+            self.learners.submit(move || {
+                if let Err(e) = crate::store::write_atomic(&path, &bytes) {
+                    eprintln!("warmstart daemon: execve hints not saved: {e}");
                 }
             });
         }
@@ -729,10 +752,10 @@ impl<S: EventSource> Loop<S> {
         st.active_sessions = self.sessions.len();
         st.drops = self.src.drops();
         st.execs_quieted = self.src.quieted();
-        st.exec_to_replay_us = percentiles(&self.latencies);
-        st.exec_to_first_request_us = percentiles(&self.first_requests);
-        st.start_to_first_request_us = percentiles(&self.reactions);
-        st.exec_to_first_start_us = percentiles(&self.first_starts);
+        st.exec_to_replay_us = self.latencies.percentiles();
+        st.exec_to_first_request_us = self.first_requests.percentiles();
+        st.start_to_first_request_us = self.reactions.percentiles();
+        st.exec_to_first_start_us = self.first_starts.percentiles();
         let c = self.shared.cache.counts();
         (st.profiles_in_memory, st.plans_in_memory) = (c.profiles, c.plans);
         (st.plan_memory_bytes, st.plans_not_in_memory) = (c.plan_bytes, c.spilled);
@@ -758,24 +781,6 @@ fn execed_again(tgid: u32, file: &warmstart_bpf::FileInfo) -> bool {
         }
         Err(_) => false,
     }
-}
-
-/// Appends `x`, dropping the oldest beyond [`RECENT_LAUNCHES`].
-fn push_recent(v: &mut Vec<f64>, x: f64) {
-    if v.len() >= RECENT_LAUNCHES {
-        v.drain(..=v.len() - RECENT_LAUNCHES);
-    }
-    v.push(x);
-}
-
-fn percentiles(v: &[f64]) -> [f64; 3] {
-    if v.is_empty() {
-        return [0.0; 3];
-    }
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let at = |q: f64| s[((s.len() - 1) as f64 * q).round() as usize];
-    [at(0.5), at(0.9), s[s.len() - 1]]
 }
 
 #[cfg(test)]

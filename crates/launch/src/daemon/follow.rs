@@ -72,6 +72,8 @@ pub(super) struct Session {
     pub(super) last_exit_ns: u64,
     pub(super) started: Instant,
     pub(super) last_io: Instant,
+    /// The key of the execve that began it ([`super::execs`]).
+    pub(super) exec_key: Option<String>,
 }
 
 /// What a launch is: its profile name, command, trivial key and mode.
@@ -210,7 +212,12 @@ pub(super) fn decide(
                         stop_replay(&e.mode);
                     }
                     // Replays started at other launches' execve count too.
-                    let start = replaying(sessions, early_others) < dcfg.max_concurrent_replays;
+                    // None when the launch's first process execs the program
+                    // its launch is already replaying for (`env` running
+                    // `node`): that replay goes on.
+                    let again = sessions.get(&tgid).is_some_and(|s| s.name == name);
+                    let start =
+                        !again && replaying(sessions, early_others) < dcfg.max_concurrent_replays;
                     (
                         start_prefetch(plan, cfg, cache, start, audited, relearn, exec_ts_ns),
                         false,
@@ -329,6 +336,8 @@ pub(super) struct Early {
     /// Started for a script known from earlier launches: its resolved path
     /// and the command line its exec was expected to have.
     pub(super) script: Option<(PathBuf, Vec<String>)>,
+    /// Started from an execve hint: its key.
+    pub(super) hinted: Option<String>,
 }
 
 impl Early {
@@ -399,6 +408,49 @@ pub(super) fn start_early(
         mode,
         at: Instant::now(),
         script,
+        hinted: None,
+    })
+}
+
+/// Starts the replay of the profile an execve hint names (see
+/// [`super::execs`]): nothing is resolved or read from storage, so the
+/// daemon does not wait behind the exec'ing process's own lookups. The
+/// exec event decides the launch as usual, and stops this replay if the
+/// hint was wrong.
+pub(super) fn start_hinted(
+    ctx: &Ctx,
+    tgid: u32,
+    execve_ns: u64,
+    name: &str,
+    key: &str,
+    running: usize,
+) -> Option<Early> {
+    if running >= ctx.dcfg.max_concurrent_replays
+        || (ctx.dcfg.skip_services && is_service(tgid))
+        || (ctx.skip_wrapped && started_by_warmstart(Path::new("/proc"), tgid))
+    {
+        return None;
+    }
+    let cache = &ctx.shared.cache;
+    let known = cache.get(name)?;
+    if known.phase != Phase::Prefetching {
+        return None;
+    }
+    let (plan, _) = known.plan?;
+    let mode = start_prefetch(plan, ctx.cfg, cache, true, false, false, execve_ns);
+    matches!(
+        mode,
+        Mode::Prefetching {
+            replay: Some(_),
+            ..
+        }
+    )
+    .then(|| Early {
+        name: name.to_string(),
+        mode,
+        at: Instant::now(),
+        script: None,
+        hinted: Some(key.to_string()),
     })
 }
 
@@ -472,6 +524,7 @@ pub(super) fn new_session(tgid: u32, d: Decision, exec_ts_ns: u64) -> Session {
         last_exit_ns: 0,
         started: Instant::now(),
         last_io: Instant::now(),
+        exec_key: None,
     }
 }
 

@@ -20,17 +20,20 @@
 //! `EventSource` a test can fake), `tuning` (real-time waits, locked
 //! code, replay thread placement), `foresight` (startup plans, the launch
 //! history and its predictor), `idle` (the idle preloader's thread) and
-//! `registry` (plans looked up by program content for new programs).
+//! `registry` (plans looked up by program content for new programs) and
+//! `execs` (the profile each execve, as called, started last time).
 
 mod cache;
 mod config;
 mod control;
 mod event_loop;
+mod execs;
 mod follow;
 mod foresight;
 mod idle;
 mod learn;
 mod policy;
+mod recent;
 mod registry;
 mod tuning;
 
@@ -290,6 +293,7 @@ pub fn run(
     );
 
     let rt = Realtime::new(log);
+    let store_root = store.root().to_path_buf();
     let mut lp = Loop::new(
         rec,
         dcfg.clone(),
@@ -303,6 +307,11 @@ pub fn run(
     );
     lp.foresight = foresight;
     lp.registry = registry;
+    lp.execs = execs::ExecHints::load(
+        store_root.as_path(),
+        |name| shared.cache.get(name).is_some(),
+        log,
+    );
     let mut result = Ok(());
     while !stop.load(Ordering::Relaxed) {
         if let Err(e) = lp.step() {

@@ -93,7 +93,8 @@ impl QuietExe {
     /// anything: nothing for an interpreter, whose launches differ by
     /// what it runs.
     pub(crate) fn of(exe: &str, dev: u32, ino: u64, execve_name: Option<&str>) -> Option<Self> {
-        interpreter(exe).is_none().then(|| QuietExe {
+        let launcher = Path::new(exe).file_name().is_some_and(|b| b == "env");
+        (interpreter(exe).is_none() && !launcher).then(|| QuietExe {
             dev,
             ino,
             name: execve_name
@@ -173,6 +174,30 @@ pub fn policy_path(exe: &str, argv: &[String], cwd: &Path) -> String {
         }
     }
     exe.to_string()
+}
+
+/// The command `env` runs, when `exe` is `env` running one with no
+/// options but variable assignments (`#!/usr/bin/env node`, `env LANG=C
+/// app`): a launch of that command, as if it had been exec'd directly,
+/// so that a script started through `env` is keyed and named by its
+/// interpreter and script from `env`'s exec on, and `env`'s own start is
+/// part of its launch. `None` for anything else, options included (`-i`,
+/// `-S`: what runs then is not the command line's to tell).
+pub(crate) fn through_env(exe: &str, argv: &[String]) -> Option<Vec<String>> {
+    if Path::new(exe).file_name()? != "env" {
+        return None;
+    }
+    let mut rest = argv.get(1..)?.iter();
+    let program = loop {
+        let a = rest.next()?;
+        if a.starts_with('-') {
+            return None;
+        }
+        if !a.contains('=') {
+            break a;
+        }
+    };
+    Some(std::iter::once(program).chain(rest).cloned().collect())
 }
 
 /// The base name of `exe` if it is an interpreter (of scripts, or of a
@@ -284,10 +309,17 @@ impl Scripts {
 /// A launch's command line with a relative program made absolute (in the
 /// process's working directory), and its policy key ([`policy_path`]).
 pub(crate) fn launch_key(tgid: u32, exe: &str, argv: &[String]) -> Option<(Vec<String>, String)> {
-    let mut argv = argv.to_vec();
+    let (exe, mut argv) = match through_env(exe, argv) {
+        Some(program) => {
+            let exe = crate::manager::resolve_exe(&program[0]);
+            (exe, program)
+        }
+        None => (exe.to_string(), argv.to_vec()),
+    };
     if argv.is_empty() {
         return None;
     }
+    let exe = exe.as_str();
     // Gone already (nothing to prefetch), or not ours to read: a relative
     // path cannot be placed.
     let cwd = std::fs::read_link(format!("/proc/{tgid}/cwd")).ok()?;
@@ -415,6 +447,39 @@ pub(crate) fn launch_uid(proc: &Path, pid: u32) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `#!/usr/bin/env node` makes the kernel run `env node SCRIPT ARGS`:
+    /// a launch of `node SCRIPT ARGS`, keyed by the script and named as
+    /// node's own exec will be, from `env`'s exec on.
+    #[test]
+    fn env_running_a_command_is_a_launch_of_that_command() {
+        let v = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            through_env(
+                "/usr/bin/env",
+                &v(&["/usr/bin/env", "node", "/usr/bin/npm", "ls"])
+            ),
+            Some(v(&["node", "/usr/bin/npm", "ls"]))
+        );
+        assert_eq!(
+            through_env("/usr/bin/env", &v(&["env", "LANG=C", "A=1", "app", "-x"])),
+            Some(v(&["app", "-x"]))
+        );
+        // Options change what runs (`-i`, `-S`, `-u`): not told apart here.
+        assert_eq!(through_env("/usr/bin/env", &v(&["env", "-i", "app"])), None);
+        assert_eq!(
+            through_env("/usr/bin/env", &v(&["env", "-S", "node x"])),
+            None
+        );
+        // `env` alone, or with assignments only, prints the environment.
+        assert_eq!(through_env("/usr/bin/env", &v(&["env"])), None);
+        assert_eq!(through_env("/usr/bin/env", &v(&["env", "A=1"])), None);
+        assert_eq!(through_env("/usr/bin/node", &v(&["node", "x.js"])), None);
+        // Never quieted as a trivial program: its launches differ by what
+        // it runs.
+        assert!(QuietExe::of("/usr/bin/env", 1, 2, Some("/usr/bin/env")).is_none());
+        assert!(QuietExe::of("/usr/bin/true", 1, 2, None).is_some());
+    }
 
     #[test]
     fn a_launch_started_by_warmstart_is_left_to_it() {
