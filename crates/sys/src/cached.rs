@@ -9,7 +9,7 @@
 
 use std::fs::{File, Metadata};
 use std::os::fd::FromRawFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The answer of a cache-only lookup.
 #[derive(Debug)]
@@ -24,6 +24,14 @@ pub enum Cached {
     Unknown,
 }
 
+/// Why a cache-only lookup gave no answer: [`Cached::Missing`] and
+/// [`Cached::Unknown`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotCached {
+    Missing,
+    Unknown,
+}
+
 /// `struct open_how` of openat2(2) (libc's cannot be built outside it).
 #[repr(C)]
 struct OpenHow {
@@ -35,9 +43,33 @@ struct OpenHow {
 /// Looks `path` up in the dentry cache only, following symlinks as `stat`
 /// does.
 pub fn stat_cached(path: &Path) -> Cached {
+    let file = match open_cached(path) {
+        Ok(f) => f,
+        Err(NotCached::Missing) => return Cached::Missing,
+        Err(NotCached::Unknown) => return Cached::Unknown,
+    };
+    // fstat of an O_PATH descriptor: the inode is in memory, pinned by it.
+    match file.metadata() {
+        Ok(m) => Cached::Found(m),
+        Err(_) => Cached::Unknown,
+    }
+}
+
+/// Where `path` leads, symlinks followed, as `canonicalize` would say,
+/// from the dentry cache only.
+pub fn canonical_cached(path: &Path) -> Result<PathBuf, NotCached> {
+    use std::os::fd::AsRawFd;
+    let file = open_cached(path)?;
+    // The descriptor's own path, from its dentry: no lookup.
+    std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
+        .map_err(|_| NotCached::Unknown)
+}
+
+/// `openat2(O_PATH, RESOLVE_CACHED)` of `path`.
+fn open_cached(path: &Path) -> Result<File, NotCached> {
     use std::os::unix::ffi::OsStrExt;
     let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
-        return Cached::Missing;
+        return Err(NotCached::Missing);
     };
     let how = OpenHow {
         flags: (libc::O_PATH | libc::O_CLOEXEC) as u64,
@@ -56,20 +88,15 @@ pub fn stat_cached(path: &Path) -> Cached {
         )
     };
     if fd < 0 {
-        return match std::io::Error::last_os_error().raw_os_error() {
+        return Err(match std::io::Error::last_os_error().raw_os_error() {
             // EAGAIN: a step needs storage. ENOSYS, E2BIG, EINVAL: a kernel
             // without openat2 or RESOLVE_CACHED.
-            Some(libc::EAGAIN | libc::ENOSYS | libc::E2BIG | libc::EINVAL) => Cached::Unknown,
-            _ => Cached::Missing,
-        };
+            Some(libc::EAGAIN | libc::ENOSYS | libc::E2BIG | libc::EINVAL) => NotCached::Unknown,
+            _ => NotCached::Missing,
+        });
     }
     // SAFETY: openat2 returned a descriptor that nothing else owns.
-    let file = unsafe { File::from_raw_fd(fd as i32) };
-    // fstat of an O_PATH descriptor: the inode is in memory, pinned by it.
-    match file.metadata() {
-        Ok(m) => Cached::Found(m),
-        Err(_) => Cached::Unknown,
-    }
+    Ok(unsafe { File::from_raw_fd(fd as i32) })
 }
 
 #[cfg(test)]
@@ -91,6 +118,11 @@ mod tests {
         std::os::unix::fs::symlink(&f, &l).unwrap();
         std::fs::metadata(&l).unwrap();
         assert!(matches!(stat_cached(&l), Cached::Found(m) if m.is_file()));
+        // And where it leads, as canonicalize says.
+        assert_eq!(
+            canonical_cached(&l).ok(),
+            Some(std::fs::canonicalize(&f).unwrap())
+        );
         // (A name known to be missing is answered so only where the file
         // system keeps negative dentries, which tmpfs does not: see the
         // root test of the PATH search on ext4.)

@@ -680,7 +680,11 @@ impl<S: EventSource> Loop<S> {
             // goes into the history under the program it ended as (an
             // exec chain is one launch, of its last program).
             stop_replay(&s.mode);
-            if let Some(k) = s.exec_key.clone() {
+            // Only for a profile that exists: a first launch being learned
+            // may prove trivial and leave none to name.
+            let kept = matches!(s.mode, Mode::Prefetching { .. })
+                || self.shared.cache.get(&s.name).is_some();
+            if let (Some(k), true) = (s.exec_key.clone(), kept) {
                 self.execs.learn(k, &s.name);
             }
             let at_ms =

@@ -366,7 +366,11 @@ pub(super) fn start_early(
         return None;
     }
     let cwd = std::fs::read_link(format!("/proc/{tgid}/cwd")).ok()?;
-    let exe = std::fs::canonicalize(cwd.join(filename)).ok()?;
+    // From the dentry cache only: a path it cannot resolve would be read
+    // from storage behind the exec'ing process's own lookups of it (and,
+    // in a PATH search, of every candidate that fails), holding back the
+    // next exec's replay. Its exec event decides it instead.
+    let exe = warmstart_sys::cached::canonical_cached(&cwd.join(filename)).ok()?;
     // A script seen before: the kernel will run its interpreter with the
     // command line it ran it with then.
     let (exe, argv, script) = match scripts.get(&exe) {

@@ -360,7 +360,10 @@ pub(crate) fn started_by_warmstart(proc: &Path, pid: u32) -> bool {
             .parse::<u32>()
             .ok()
     };
-    let ours = own_binaries(proc);
+    // Only asked of an ancestor running a `run` command: finding them
+    // stats the daemon's own files, which a cache drop sends back to the
+    // disk, on the way to every launch's replay.
+    let mut ours: Option<Vec<Binary>> = None;
     let mut pid = pid;
     // Bounded: a loop in a forged table, or a very deep tree, ends it.
     for _ in 0..64 {
@@ -374,7 +377,12 @@ pub(crate) fn started_by_warmstart(proc: &Path, pid: u32) -> bool {
         let is_ours = |(my_id, my_path): &Binary| {
             (id.is_some() && id == *my_id) || (my_path.is_some() && exe_path == *my_path)
         };
-        if ours.iter().any(is_ours) && command_of(proc, pid).as_deref() == Some("run") {
+        if command_of(proc, pid).as_deref() == Some("run")
+            && ours
+                .get_or_insert_with(|| own_binaries(proc))
+                .iter()
+                .any(is_ours)
+        {
             return true;
         }
     }
