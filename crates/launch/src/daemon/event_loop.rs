@@ -17,8 +17,8 @@ use super::config::DaemonConfig;
 use super::control::DaemonStatus;
 use super::execs::{self, ExecHints};
 use super::follow::{
-    decide, new_session, replaying, session_status, since, start_early, start_hinted, stop_replay,
-    Ctx, Early, Mode, Session,
+    decide, execed_again, new_session, own_exes, replaying, session_status, since, start_early,
+    start_hinted, stop_replay, Ctx, Early, Mode, Pending, Session,
 };
 use super::foresight::Foresight;
 use super::learn::{finish, Fate, Learners};
@@ -133,7 +133,7 @@ pub(super) struct Loop<S: EventSource> {
     early: HashMap<u32, Early>,
     /// Execves that started no replay, until their exec event: it tells
     /// whether the file was a script (see `script_prefix`).
-    pending: HashMap<u32, (String, Vec<String>, Instant)>,
+    pending: HashMap<u32, Pending>,
     scripts: Scripts,
     /// The profile each execve started last time.
     pub(super) execs: ExecHints,
@@ -244,7 +244,7 @@ impl<S: EventSource> Loop<S> {
             self.rt.set(false);
         }
         self.pending
-            .retain(|_, p| p.2.elapsed() < Duration::from_secs(1));
+            .retain(|_, p| p.at.elapsed() < Duration::from_secs(1));
         if !self.runs.is_empty() {
             self.runs.retain(|_, at| at.elapsed() < RUN_EXECS_IN_PLACE);
         }
@@ -388,15 +388,13 @@ impl<S: EventSource> Loop<S> {
         let key = execs::key_of(tgid, filename, argv);
         let hinted = key.as_ref().and_then(|k| {
             let name = self.execs.get(k)?;
-            start_hinted(&ctx, tgid, ts_ns, name, k, running)
+            start_hinted(&ctx, tgid, ts_ns, name, running)
         });
-        if let Some(k) = key {
-            self.execs.began(tgid, k);
-        }
         let started = hinted
             .or_else(|| start_early(&ctx, tgid, ts_ns, filename, argv, running, &self.scripts));
         match started {
-            Some(e) => {
+            Some(mut e) => {
+                e.key = key;
                 self.early.insert(tgid, e);
                 self.foresight.launch_begins();
                 self.status.replays_at_execve += 1;
@@ -404,8 +402,13 @@ impl<S: EventSource> Loop<S> {
                 self.rt.set(false);
             }
             None => {
-                self.pending
-                    .insert(tgid, (filename.to_string(), argv.to_vec(), Instant::now()));
+                let p = Pending {
+                    filename: filename.to_string(),
+                    argv: argv.to_vec(),
+                    at: Instant::now(),
+                    key,
+                };
+                self.pending.insert(tgid, p);
             }
         }
     }
@@ -460,12 +463,14 @@ impl<S: EventSource> Loop<S> {
             &exe,
             file.dev,
             file.ino,
-            pending.as_ref().map(|p| p.0.as_str()),
+            pending.as_ref().map(|p| p.filename.as_str()),
         );
-        if let (Some((name, given, _)), Some(now)) = (pending, argv) {
-            if let Some(prefix) = script_prefix(&name, &given, now) {
-                self.scripts.remember(tgid, &name, &exe, prefix);
+        let mut exec_key = None;
+        if let Some(p) = pending {
+            if let Some(prefix) = argv.and_then(|now| script_prefix(&p.filename, &p.argv, now)) {
+                self.scripts.remember(tgid, &p.filename, &exe, prefix);
             }
+            exec_key = p.key;
         }
         if !in_tree && argv.is_none() && execed_again(tgid, file) {
             // No command line in the event, and /proc already shows the
@@ -477,6 +482,9 @@ impl<S: EventSource> Loop<S> {
         // each replay thread is placed by it.
         self.rt.set(true);
         let mut started_early = self.early.remove(&tgid);
+        if let Some(e) = &started_early {
+            exec_key = e.key.clone();
+        }
         let decided = {
             let ctx = Ctx {
                 dcfg: &self.dcfg,
@@ -504,11 +512,10 @@ impl<S: EventSource> Loop<S> {
         // Not adopted: another program, or not followed after all.
         if let Some(e) = started_early {
             stop_replay(&e.mode);
-            if let Some(k) = &e.hinted {
+            if let (true, Some(k)) = (e.hinted, &e.key) {
                 self.execs.forget(k);
             }
         }
-        let exec_key = self.execs.take(tgid);
         let replay_started = matches!(&decided, Some((_, Some(_))));
         if let Some((_, Some(l))) = &decided {
             self.latencies.push(*l);
@@ -776,25 +783,6 @@ impl<S: EventSource> Loop<S> {
     }
 }
 
-/// Whether `tgid` runs another program than the exec event reports: it
-/// has exec'd again since (its next exec event follows).
-fn execed_again(tgid: u32, file: &warmstart_bpf::FileInfo) -> bool {
-    match warmstart_sys::open::inspect(format!("/proc/{tgid}/exe"), true) {
-        Ok((id, _)) => {
-            id.ino != file.ino || id.dev != warmstart_record::resolve::kdev_to_user(file.dev as u64)
-        }
-        Err(_) => false,
-    }
-}
-
 #[cfg(test)]
 #[path = "event_loop_tests.rs"]
 mod tests;
-
-/// The identities of this binary and of its front.
-fn own_exes() -> Vec<(u64, u64)> {
-    super::policy::own_binaries(std::path::Path::new("/proc"))
-        .into_iter()
-        .filter_map(|(id, _)| id)
-        .collect()
-}

@@ -40,8 +40,6 @@ pub(super) struct ExecHints {
     /// key -> (profile name, when learned: a counter).
     map: HashMap<String, (String, u64)>,
     next: u64,
-    /// An execve not decided yet, by process: its key.
-    pending: HashMap<u32, String>,
     dirty: bool,
 }
 
@@ -84,7 +82,6 @@ impl ExecHints {
             path: None,
             map: HashMap::new(),
             next: 0,
-            pending: HashMap::new(),
             dirty: false,
         }
     }
@@ -145,20 +142,6 @@ impl ExecHints {
     /// The profile the execve `key` started last time, if any.
     pub(super) fn get(&self, key: &str) -> Option<&str> {
         self.map.get(key).map(|(n, _)| n.as_str())
-    }
-
-    /// An execve of `tgid` began: its key, until the exec decides it.
-    /// Execves that fail and exit leave theirs: at most [`MAX`] are kept.
-    pub(super) fn began(&mut self, tgid: u32, key: String) {
-        if self.pending.len() >= MAX && !self.pending.contains_key(&tgid) {
-            self.pending.clear();
-        }
-        self.pending.insert(tgid, key);
-    }
-
-    /// The key of `tgid`'s execve, once its exec starts a launch.
-    pub(super) fn take(&mut self, tgid: u32) -> Option<String> {
-        self.pending.remove(&tgid)
     }
 
     /// A launch started by the execve `key` ended as profile `name`.
@@ -251,23 +234,13 @@ mod tests {
     }
 
     #[test]
-    fn a_wrong_hint_is_forgotten_and_pending_execves_are_per_process() {
+    fn a_wrong_hint_is_forgotten() {
         let mut h = ExecHints::in_memory();
         h.learn("k".into(), "a");
         h.learn("k".into(), "b");
         assert_eq!(h.get("k"), Some("b"), "the launch's latest profile");
         h.forget("k");
         assert_eq!(h.get("k"), None);
-        h.began(7, "k7".into());
-        h.began(8, "k8".into());
-        h.began(7, "k7b".into()); // execvp's next candidate
-        assert_eq!(h.take(7).as_deref(), Some("k7b"));
-        assert_eq!(h.take(7), None);
-        assert_eq!(h.take(8).as_deref(), Some("k8"));
-        for pid in 0..MAX as u32 + 1 {
-            h.began(pid, format!("k{pid}"));
-        }
-        assert!(h.pending.len() <= MAX, "failed execves cannot pile up");
     }
 
     #[test]

@@ -336,8 +336,20 @@ pub(super) struct Early {
     /// Started for a script known from earlier launches: its resolved path
     /// and the command line its exec was expected to have.
     pub(super) script: Option<(PathBuf, Vec<String>)>,
-    /// Started from an execve hint: its key.
-    pub(super) hinted: Option<String>,
+    /// The execve's hint key ([`super::execs::key`]), set by the caller.
+    pub(super) key: Option<String>,
+    /// Started from that hint.
+    pub(super) hinted: bool,
+}
+
+/// An execve that started no replay, until its exec event.
+pub(super) struct Pending {
+    /// The path and arguments as given.
+    pub(super) filename: String,
+    pub(super) argv: Vec<String>,
+    pub(super) at: Instant,
+    /// Its hint key ([`super::execs::key`]), if the kernel told whose it was.
+    pub(super) key: Option<String>,
 }
 
 impl Early {
@@ -412,7 +424,8 @@ pub(super) fn start_early(
         mode,
         at: Instant::now(),
         script,
-        hinted: None,
+        key: None,
+        hinted: false,
     })
 }
 
@@ -426,7 +439,6 @@ pub(super) fn start_hinted(
     tgid: u32,
     execve_ns: u64,
     name: &str,
-    key: &str,
     running: usize,
 ) -> Option<Early> {
     if running >= ctx.dcfg.max_concurrent_replays
@@ -454,7 +466,8 @@ pub(super) fn start_hinted(
         mode,
         at: Instant::now(),
         script: None,
-        hinted: Some(key.to_string()),
+        key: None,
+        hinted: true,
     })
 }
 
@@ -564,4 +577,23 @@ pub(super) fn stop_replay(mode: &Mode) {
     if let Mode::Prefetching { cancel, .. } = mode {
         cancel.store(true, Ordering::Relaxed);
     }
+}
+
+/// Whether `tgid` runs another program than the exec event reports: it
+/// has exec'd again since (its next exec event follows).
+pub(super) fn execed_again(tgid: u32, file: &warmstart_bpf::FileInfo) -> bool {
+    match warmstart_sys::open::inspect(format!("/proc/{tgid}/exe"), true) {
+        Ok((id, _)) => {
+            id.ino != file.ino || id.dev != warmstart_record::resolve::kdev_to_user(file.dev as u64)
+        }
+        Err(_) => false,
+    }
+}
+
+/// The identities of this binary and of its front.
+pub(super) fn own_exes() -> Vec<(u64, u64)> {
+    super::policy::own_binaries(std::path::Path::new("/proc"))
+        .into_iter()
+        .filter_map(|(id, _)| id)
+        .collect()
 }
