@@ -19,29 +19,8 @@ varied=${4:-100000}
 [ "$(id -u)" = 0 ] || { echo "run as root" >&2; exit 1; }
 
 work=$(mktemp -d /var/tmp/ws-storm.XXXXXX)
-daemon_pid=
-stop_daemon() {
-	if [ -n "$daemon_pid" ]; then
-		kill "$daemon_pid" 2>/dev/null || true
-		wait "$daemon_pid" 2>/dev/null || true
-		daemon_pid=
-	fi
-}
+. "$(dirname "$0")/daemon-lib.sh"
 trap 'stop_daemon; rm -rf "$work"' EXIT
-
-start_daemon() {
-	rm -rf "$work/state"
-	"$ws" daemon --config /dev/null --state-dir "$work/state" --socket "$work/sock" \
-		2>"$work/daemon.log" &
-	daemon_pid=$!
-	for _ in $(seq 100); do
-		"$ws" status --socket "$work/sock" >/dev/null 2>&1 && return 0
-		sleep 0.1
-	done
-	echo "the daemon did not answer; its log:" >&2
-	cat "$work/daemon.log" >&2
-	exit 1
-}
 
 rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$daemon_pid/status"; }
 # The part of it that is BPF maps mapped into the daemon: the 8 MiB ring
@@ -64,7 +43,7 @@ for ((r = 0; r < rounds; r++)); do
 	if ((r % 2 == 0)); then order="A B"; else order="B A"; fi
 	for side in $order; do
 		if [ "$side" = B ]; then
-			start_daemon
+			start_daemon /dev/null
 			b=$(storm)
 			stop_daemon
 		else
@@ -76,7 +55,7 @@ for ((r = 0; r < rounds; r++)); do
 done
 printf '%s\n' "${ratios[@]}" | sort -n | awk '{v[NR]=$1} END {printf "median daemon/no daemon: %.3f over %d rounds\n", v[int((NR+1)/2)], NR}'
 
-start_daemon
+start_daemon /dev/null
 before=$(rss_kib)
 progs=(/bin/true /bin/ls /bin/cat /bin/date /usr/bin/id /bin/uname /usr/bin/seq /bin/sleep /usr/bin/basename /bin/grep)
 for ((i = 0; i < varied; i++)); do

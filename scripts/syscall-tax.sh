@@ -18,31 +18,9 @@ rounds=${3:-5}
 [ "$(id -u)" = 0 ] || { echo "run as root" >&2; exit 1; }
 
 work=$(mktemp -d /var/tmp/ws-tax.XXXXXX)
-daemon_pid=
-stop_daemon() {
-	if [ -n "$daemon_pid" ]; then
-		kill "$daemon_pid" 2>/dev/null || true
-		wait "$daemon_pid" 2>/dev/null || true
-		daemon_pid=
-	fi
-}
+. "$(dirname "$0")/daemon-lib.sh"
 trap 'stop_daemon; rm -rf "$work"' EXIT
 printf 'learn = "allow-list"\nallow = ["%s/none"]\n' "$work" >"$work/config.toml"
-
-start_daemon() {
-	rm -rf "$work/state"
-	"$ws" daemon --config "$work/config.toml" --state-dir "$work/state" --socket "$work/sock" \
-		2>"$work/daemon.log" &
-	daemon_pid=$!
-	for _ in $(seq 100); do
-		kill -0 "$daemon_pid" 2>/dev/null || break
-		"$ws" status --socket "$work/sock" --json 2>/dev/null | grep -q '"daemon": *{' && return 0
-		sleep 0.1
-	done
-	echo "the daemon did not answer; its log:" >&2
-	cat "$work/daemon.log" >&2
-	exit 1
-}
 
 # Nanoseconds per system call of one dd run.
 copy() {
@@ -58,7 +36,7 @@ for ((r = 0; r < rounds; r++)); do
 	if ((r % 2 == 0)); then order="A B"; else order="B A"; fi
 	for side in $order; do
 		if [ "$side" = B ]; then
-			start_daemon
+			start_daemon "$work/config.toml"
 			b=$(copy)
 			stop_daemon
 		else
