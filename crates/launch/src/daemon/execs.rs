@@ -47,21 +47,15 @@ pub(super) struct ExecHints {
 /// caller's working directory when relative) and the arguments, each
 /// length-prefixed, hashed.
 pub(super) fn key(uid: u32, cwd: Option<&Path>, filename: &str, argv: &[String]) -> String {
-    use sha2::{Digest, Sha256};
-    let mut h = Sha256::new();
-    h.update(uid.to_le_bytes());
     let path = match cwd {
         Some(d) if !filename.starts_with('/') => d.join(filename).display().to_string(),
         _ => filename.to_string(),
     };
-    for part in std::iter::once(path.as_str()).chain(argv.iter().map(String::as_str)) {
-        h.update((part.len() as u64).to_le_bytes());
-        h.update(part.as_bytes());
-    }
-    h.finalize()[..16]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    let uid = uid.to_le_bytes();
+    let parts = [&uid[..], path.as_bytes()]
+        .into_iter()
+        .chain(argv.iter().map(|a| a.as_bytes()));
+    crate::manager::digest(parts)
 }
 
 /// The key of `tgid`'s execve of `filename` with `argv`, from what the

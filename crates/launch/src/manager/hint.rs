@@ -40,13 +40,8 @@ pub(super) fn dir(state_dir: &Path) -> PathBuf {
 /// The key of `argv` run by `uid` here: a digest of what the walk reads
 /// besides the file system.
 pub(super) fn key(uid: u32, argv: &[String]) -> String {
-    use sha2::{Digest, Sha256};
-    let mut h = Sha256::new();
-    let mut part = |b: &[u8]| {
-        h.update((b.len() as u64).to_le_bytes());
-        h.update(b);
-    };
-    part(&uid.to_le_bytes());
+    let mut parts: Vec<Vec<u8>> = vec![uid.to_le_bytes().to_vec()];
+    let mut part = |b: &[u8]| parts.push(b.to_vec());
     for a in argv {
         part(a.as_bytes());
     }
@@ -69,10 +64,7 @@ pub(super) fn key(uid: u32, argv: &[String]) -> String {
                 .as_bytes(),
         );
     }
-    h.finalize()[..16]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    super::naming::digest(parts.iter().map(Vec::as_slice))
 }
 
 /// The file of the hint kept under `key`.

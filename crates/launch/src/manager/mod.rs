@@ -28,7 +28,7 @@ pub(crate) use hint::sweep as sweep_hints;
 pub(crate) use judge::judge;
 pub(crate) use learning::{add_trace, load_plan, load_previous_plan, relearn};
 pub use learning::{compile_traces, mark_relearn};
-pub(crate) use naming::resolve_exe;
+pub(crate) use naming::{digest, resolve_exe};
 pub use naming::{profile_name, profile_name_for};
 pub(crate) use prefetch::plain_launch;
 

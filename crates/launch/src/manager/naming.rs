@@ -25,7 +25,6 @@ const NAME_BASE_MAX: usize = 64;
 
 /// [`profile_name_for`] for an executable already resolved.
 pub(super) fn name_for(uid: u32, exe: &str, argv: &[String]) -> String {
-    use sha2::{Digest, Sha256};
     let base = Path::new(&argv[0])
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -43,15 +42,28 @@ pub(super) fn name_for(uid: u32, exe: &str, argv: &[String]) -> String {
         .take(NAME_BASE_MAX)
         .collect();
     let base = if base.is_empty() { "cmd".into() } else { base };
-    let mut h = Sha256::new();
-    // Each part length-prefixed: ["a", "b c"] and ["a b", "c"] differ.
-    for part in std::iter::once(exe).chain(argv[1..].iter().map(String::as_str)) {
-        h.update((part.len() as u64).to_le_bytes());
-        h.update(part.as_bytes());
-    }
-    let d = h.finalize();
-    let hex: String = d[..16].iter().map(|b| format!("{b:02x}")).collect();
+    let hex = digest(
+        std::iter::once(exe)
+            .chain(argv[1..].iter().map(String::as_str))
+            .map(str::as_bytes),
+    );
     format!("{base}-u{uid}-{hex}")
+}
+
+/// The first 16 bytes, in hex, of SHA-256 over `parts`, each
+/// length-prefixed so that ["a", "b c"] and ["a b", "c"] differ: profile
+/// names and the hints' keys.
+pub(crate) fn digest<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for part in parts {
+        h.update((part.len() as u64).to_le_bytes());
+        h.update(part);
+    }
+    h.finalize()[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 pub(crate) fn resolve_exe(cmd: &str) -> String {
