@@ -373,7 +373,7 @@ pub(super) fn start_early(
     running: usize,
     scripts: &Scripts,
 ) -> Option<Early> {
-    let (dcfg, cfg, cache) = (ctx.dcfg, ctx.cfg, &ctx.shared.cache);
+    let dcfg = ctx.dcfg;
     if running >= dcfg.max_concurrent_replays {
         return None;
     }
@@ -406,27 +406,9 @@ pub(super) fn start_early(
         return None;
     }
     let name = profile_name_for(launch_uid(Path::new("/proc"), tgid)?, &argv);
-    let known = cache.get(&name)?;
-    if known.phase != Phase::Prefetching {
-        return None;
-    }
-    let (plan, _) = known.plan?;
-    let mode = start_prefetch(plan, cfg, cache, true, false, false, execve_ns);
-    matches!(
-        mode,
-        Mode::Prefetching {
-            replay: Some(_),
-            ..
-        }
-    )
-    .then(|| Early {
-        name,
-        mode,
-        at: Instant::now(),
-        script,
-        key: None,
-        hinted: false,
-    })
+    let mut e = start_named(ctx, &name, execve_ns)?;
+    e.script = script;
+    Some(e)
 }
 
 /// Starts the replay of the profile an execve hint names (see
@@ -447,6 +429,14 @@ pub(super) fn start_hinted(
     {
         return None;
     }
+    let mut e = start_named(ctx, name, execve_ns)?;
+    e.hinted = true;
+    Some(e)
+}
+
+/// Starts profile `name`'s replay at an execve if the daemon holds it
+/// prefetching, with its plan in memory.
+fn start_named(ctx: &Ctx, name: &str, execve_ns: u64) -> Option<Early> {
     let cache = &ctx.shared.cache;
     let known = cache.get(name)?;
     if known.phase != Phase::Prefetching {
@@ -467,7 +457,7 @@ pub(super) fn start_hinted(
         at: Instant::now(),
         script: None,
         key: None,
-        hinted: true,
+        hinted: false,
     })
 }
 
