@@ -18,82 +18,19 @@ use super::control::DaemonStatus;
 use super::execs::{self, ExecHints};
 use super::follow::{
     decide, execed_again, new_session, own_exes, replaying, session_status, since, start_early,
-    start_hinted, stop_replay, Ctx, Early, Mode, Pending, Session,
+    start_hinted, stop_replay, Call, Ctx, Early, Mode, Pending, Session,
 };
 use super::foresight::Foresight;
 use super::learn::{finish, Fate, Learners};
 use super::policy::{script_prefix, subcommand, QuietExe, Scripts};
 use super::recent::Recent;
 use super::registry::Registry;
+use super::source::EventSource;
 use super::tuning::Realtime;
 use super::Shared;
 use crate::manager::Config;
 use crate::store::Store;
 use crate::Error;
-
-/// Where the daemon's events come from, and how it tells the kernel side
-/// which processes to follow.
-pub(crate) trait EventSource {
-    /// Waits up to `timeout` for events and appends them to `out`. An
-    /// exec ends a batch (a launch is decided before the pages after it).
-    fn poll(&mut self, timeout: Duration, out: &mut Vec<Event>) -> Result<(), Error>;
-    /// Follows `tgid` and its future children: their pages and path
-    /// operations too if `pages`, else only the process tree.
-    fn track(&mut self, tgid: u32, pages: bool);
-    /// Stops following `tgid` (its future children are not followed).
-    fn untrack(&mut self, tgid: u32);
-    /// Records the kernel side had to drop.
-    fn drops(&self) -> u64;
-    /// Leaves a program alone for `hold` when a process nobody follows
-    /// execs it ([`QuietExe`]).
-    fn quiet(&mut self, q: &QuietExe, hold: Duration);
-    /// Forgets every quiet program.
-    fn clear_quiet(&mut self);
-    /// Whether quiet programs are left alone now.
-    fn set_quiet(&mut self, on: bool);
-    /// Execs left alone because their program was quiet.
-    fn quieted(&self) -> u64;
-}
-
-impl EventSource for warmstart_bpf::Recorder {
-    fn poll(&mut self, timeout: Duration, out: &mut Vec<Event>) -> Result<(), Error> {
-        warmstart_bpf::Recorder::poll(self, timeout, out)
-            .map_err(|e| warmstart_record::Error::from(e).into())
-    }
-
-    fn track(&mut self, tgid: u32, pages: bool) {
-        let _ = if pages {
-            warmstart_bpf::Recorder::track(self, tgid)
-        } else {
-            self.track_tree_only(tgid)
-        };
-    }
-
-    fn untrack(&mut self, tgid: u32) {
-        warmstart_bpf::Recorder::untrack(self, tgid);
-    }
-
-    fn drops(&self) -> u64 {
-        warmstart_bpf::Recorder::drops(self)
-    }
-
-    fn quiet(&mut self, q: &QuietExe, hold: Duration) {
-        // Best effort: a full map only costs the wake-ups it would save.
-        let _ = self.quiet_program(q.dev, q.ino, q.name.as_deref(), hold);
-    }
-
-    fn clear_quiet(&mut self) {
-        warmstart_bpf::Recorder::clear_quiet(self);
-    }
-
-    fn set_quiet(&mut self, on: bool) {
-        let _ = warmstart_bpf::Recorder::set_quiet(self, on);
-    }
-
-    fn quieted(&self) -> u64 {
-        warmstart_bpf::Recorder::quieted(self)
-    }
-}
 
 /// How long the event loop sleeps when it follows no launch: execs (and
 /// the signals that stop it) wake it at once; this bounds how stale
@@ -368,11 +305,24 @@ impl<S: EventSource> Loop<S> {
         if self.runs.contains_key(&tgid) {
             return; // `run` execs its program: its launch
         }
-        // An earlier execve of it failed (execvp tries each directory of
-        // PATH): its replay is not needed.
+        // An earlier execve of it failed. The next candidate of the same
+        // PATH search goes on with the replay its first candidate started;
+        // any other execve does not need that replay.
+        let early_call = self.early.get(&tgid).and_then(|e| e.call.as_ref());
+        if early_call.is_some_and(|c| c.searches_on(filename, argv)) {
+            return;
+        }
         if let Some(e) = self.early.remove(&tgid) {
             stop_replay(&e.mode);
         }
+        // A search is learned under its first candidate's key: the next
+        // such launch starts its replay there, before the failing
+        // candidates' lookups.
+        let first_key = self
+            .pending
+            .remove(&tgid)
+            .filter(|p| p.call.searches_on(filename, argv))
+            .and_then(|p| p.call.key);
         self.rt.set(true);
         let ctx = Ctx {
             dcfg: &self.dcfg,
@@ -384,17 +334,24 @@ impl<S: EventSource> Loop<S> {
             skip_wrapped: self.skip_wrapped,
         };
         let running = replaying(&self.sessions, self.early.len());
-        // The hint first: it reads nothing.
-        let key = execs::key_of(tgid, filename, argv);
-        let hinted = key.as_ref().and_then(|k| {
+        // The hints first: they read nothing.
+        let own_key = execs::key_of(tgid, filename, argv);
+        let hinted = first_key.iter().chain(own_key.iter()).find_map(|k| {
             let name = self.execs.get(k)?;
-            start_hinted(&ctx, tgid, ts_ns, name, running)
+            let mut e = start_hinted(&ctx, tgid, ts_ns, name, running)?;
+            e.hinted = Some(k.clone());
+            Some(e)
         });
         let started = hinted
             .or_else(|| start_early(&ctx, tgid, ts_ns, filename, argv, running, &self.scripts));
+        let call = Call {
+            filename: filename.to_string(),
+            argv: argv.to_vec(),
+            key: first_key.or(own_key),
+        };
         match started {
             Some(mut e) => {
-                e.key = key;
+                e.call = Some(call);
                 self.early.insert(tgid, e);
                 self.foresight.launch_begins();
                 self.status.replays_at_execve += 1;
@@ -402,13 +359,8 @@ impl<S: EventSource> Loop<S> {
                 self.rt.set(false);
             }
             None => {
-                let p = Pending {
-                    filename: filename.to_string(),
-                    argv: argv.to_vec(),
-                    at: Instant::now(),
-                    key,
-                };
-                self.pending.insert(tgid, p);
+                let at = Instant::now();
+                self.pending.insert(tgid, Pending { call, at });
             }
         }
     }
@@ -463,14 +415,14 @@ impl<S: EventSource> Loop<S> {
             &exe,
             file.dev,
             file.ino,
-            pending.as_ref().map(|p| p.filename.as_str()),
+            pending.as_ref().map(|p| p.call.filename.as_str()),
         );
         let mut exec_key = None;
-        if let Some(p) = pending {
-            if let Some(prefix) = argv.and_then(|now| script_prefix(&p.filename, &p.argv, now)) {
-                self.scripts.remember(tgid, &p.filename, &exe, prefix);
+        if let Some(Pending { call: c, .. }) = pending {
+            if let Some(prefix) = argv.and_then(|now| script_prefix(&c.filename, &c.argv, now)) {
+                self.scripts.remember(tgid, &c.filename, &exe, prefix);
             }
-            exec_key = p.key;
+            exec_key = c.key;
         }
         if !in_tree && argv.is_none() && execed_again(tgid, file) {
             // No command line in the event, and /proc already shows the
@@ -483,7 +435,7 @@ impl<S: EventSource> Loop<S> {
         self.rt.set(true);
         let mut started_early = self.early.remove(&tgid);
         if let Some(e) = &started_early {
-            exec_key = e.key.clone();
+            exec_key = e.call.as_ref().and_then(|c| c.key.clone());
         }
         let decided = {
             let ctx = Ctx {
@@ -512,7 +464,7 @@ impl<S: EventSource> Loop<S> {
         // Not adopted: another program, or not followed after all.
         if let Some(e) = started_early {
             stop_replay(&e.mode);
-            if let (true, Some(k)) = (e.hinted, &e.key) {
+            if let Some(k) = &e.hinted {
                 self.execs.forget(k);
             }
         }

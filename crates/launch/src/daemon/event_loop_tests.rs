@@ -643,6 +643,9 @@ mod foresight;
 #[path = "registry_tests.rs"]
 mod registry;
 
+#[path = "exec_start_tests.rs"]
+mod exec_start;
+
 /// The uid the test's launches run as.
 fn me_uid() -> u32 {
     // SAFETY: geteuid has no preconditions.

@@ -336,20 +336,42 @@ pub(super) struct Early {
     /// Started for a script known from earlier launches: its resolved path
     /// and the command line its exec was expected to have.
     pub(super) script: Option<(PathBuf, Vec<String>)>,
-    /// The execve's hint key ([`super::execs::key`]), set by the caller.
-    pub(super) key: Option<String>,
-    /// Started from that hint.
-    pub(super) hinted: bool,
+    /// The execve it was started at, set by the caller.
+    pub(super) call: Option<Call>,
+    /// Started from the hint under this key (a search's first candidate's
+    /// or the execve's own).
+    pub(super) hinted: Option<String>,
 }
 
 /// An execve that started no replay, until its exec event.
 pub(super) struct Pending {
+    pub(super) call: Call,
+    pub(super) at: Instant,
+}
+
+/// An execve as called, from its entry to its exec event.
+pub(super) struct Call {
     /// The path and arguments as given.
     pub(super) filename: String,
     pub(super) argv: Vec<String>,
-    pub(super) at: Instant,
-    /// Its hint key ([`super::execs::key`]), if the kernel told whose it was.
+    /// Its hint key ([`super::execs::key`]), if the kernel told whose it
+    /// was: for a `PATH` search, the first candidate's.
     pub(super) key: Option<String>,
+}
+
+impl Call {
+    /// Whether an execve of `filename` with `argv` by the same process is
+    /// the next candidate of this call's `PATH` search: `execvp` tries the
+    /// name in each directory of `PATH`, with the same arguments, until
+    /// one execve succeeds. The search is one launch from its first
+    /// candidate on (and with the directories cold, the failing ones take
+    /// a disk read each).
+    pub(super) fn searches_on(&self, filename: &str, argv: &[String]) -> bool {
+        let name = |f: &str| f.rsplit_once('/').map(|(_, n)| n.to_string());
+        self.argv == argv
+            && self.filename != filename
+            && name(&self.filename).is_some_and(|n| !n.is_empty() && Some(n) == name(filename))
+    }
 }
 
 impl Early {
@@ -429,9 +451,7 @@ pub(super) fn start_hinted(
     {
         return None;
     }
-    let mut e = start_named(ctx, name, execve_ns)?;
-    e.hinted = true;
-    Some(e)
+    start_named(ctx, name, execve_ns)
 }
 
 /// Starts profile `name`'s replay at an execve if the daemon holds it
@@ -456,8 +476,8 @@ fn start_named(ctx: &Ctx, name: &str, execve_ns: u64) -> Option<Early> {
         mode,
         at: Instant::now(),
         script: None,
-        key: None,
-        hinted: false,
+        call: None,
+        hinted: None,
     })
 }
 

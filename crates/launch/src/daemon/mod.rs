@@ -16,12 +16,13 @@
 //! (which launches are followed), `control` (the control socket),
 //! `cache` (profiles and plans in memory), `follow` (deciding a launch
 //! and starting its replay), `learn` (finishing a launch on a bounded
-//! pool), `event_loop` (events in, decisions out, behind an
-//! `EventSource` a test can fake), `tuning` (real-time waits, locked
+//! pool), `event_loop` (events in, decisions out), `source` (where the
+//! events come from: the recorder, or a fake in tests), `tuning` (real-time waits, locked
 //! code, replay thread placement), `foresight` (startup plans, the launch
 //! history and its predictor), `idle` (the idle preloader's thread) and
-//! `registry` (plans looked up by program content for new programs) and
-//! `execs` (the profile each execve, as called, started last time).
+//! `registry` (plans looked up by program content for new programs),
+//! `recent` (recent replay latencies) and `execs` (the profile each
+//! execve, as called, started last time).
 
 mod cache;
 mod config;
@@ -35,6 +36,7 @@ mod learn;
 mod policy;
 mod recent;
 mod registry;
+mod source;
 mod tuning;
 
 use std::collections::{BTreeSet, HashMap};
