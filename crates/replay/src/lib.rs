@@ -31,8 +31,8 @@ mod report;
 
 pub use backend::{Backend, IoPriority, LookupOutcome, MemInfo, ReplayCpus, Residency};
 pub use engine::{
-    device_reads_reach, metadata_mostly_read, metadata_paths, monotonic_ns, replay, Engine,
-    Options, MAX_META_REQUEST,
+    device_reads_reach, metadata_mostly_read, metadata_paths, monotonic_ns, replay, DataGate,
+    Engine, Options, MAX_META_REQUEST,
 };
 pub use error::{dev_name, ReplayError};
 pub use mock::MockBackend;

@@ -401,6 +401,10 @@ impl<S: EventSource> Loop<S> {
                 return true;
             }
         }
+        // The exec is done: its replay's data need not be paced.
+        if let Some(e) = self.early.get(&tgid) {
+            e.mode.release_data();
+        }
         // A script that is no longer run as it was (replaced by a program,
         // a new interpreter): forgotten.
         if let Some((script, expected)) = self.early.get(&tgid).and_then(|e| e.script.as_ref()) {

@@ -1,6 +1,7 @@
-//! Replays started at an execve's entry, driven through the event loop's
-//! fake source: the execve hints, and a `PATH` search taken as one execve
-//! from its first candidate on.
+//! Replays started before their program is loaded, driven through the
+//! event loop's fake source: the execve hints, a `PATH` search taken as one
+//! execve from its first candidate on, and their data paced until the
+//! exec.
 
 use super::*;
 
@@ -25,21 +26,39 @@ fn exec(pid: u32, exe: &Path, argv: &[&str]) -> Event {
     }
 }
 
-#[test]
-fn a_path_search_starts_its_replay_at_the_first_candidate() {
-    let mut h = harness(|d| d.replay_at_execve = true);
+/// Whether a replay paces its data: `None` without a replay or gate.
+fn paced(m: &Mode) -> Option<bool> {
+    match m {
+        Mode::Prefetching {
+            replay: Some(_),
+            gate: Some(g),
+            ..
+        } => Some(!g.is_open()),
+        _ => None,
+    }
+}
+
+/// `sleep 600` learned until its profile prefetches; its name.
+fn learned_sleep(h: &mut Harness) -> String {
     let data = h.data_file("lib.so", 512);
-    let exe = Path::new(SLEEP);
-    let argv = ["sleep", "600"];
-    let name = profile_name(&["sleep".into(), "600".into()]);
     for _ in 0..h.lp.cfg.nrawseq {
-        let pid = h.launch(exe, &argv, &data, 128, false);
+        let pid = h.launch(Path::new(SLEEP), &["sleep", "600"], &data, 128, false);
         h.exit(pid);
     }
+    let name = profile_name(&["sleep".into(), "600".into()]);
     assert_eq!(
         h.lp.shared.cache.get(&name).map(|k| k.phase),
         Some(Phase::Prefetching)
     );
+    name
+}
+
+#[test]
+fn a_path_search_starts_its_replay_at_the_first_candidate() {
+    let mut h = harness(|d| d.replay_at_execve = true);
+    let name = learned_sleep(&mut h);
+    let exe = Path::new(SLEEP);
+    let argv = ["sleep", "600"];
     // `execvp("sleep")` with a directory before /usr/bin in PATH: the
     // first candidate fails, the second is the program.
     let missing = h.dir.path().join("bin/sleep");
@@ -73,8 +92,10 @@ fn a_path_search_starts_its_replay_at_the_first_candidate() {
     h.step(vec![exec_start(pid, SLEEP, &argv)]);
     assert_eq!(hinted(&h, pid), Some(first_key.clone()), "kept");
     assert_eq!(h.lp.early[&pid].at, started, "the same replay");
+    assert_eq!(paced(&h.lp.early[&pid].mode), Some(true), "data paced");
     h.step(vec![exec(pid, exe, &argv)]);
     assert!(h.lp.early.is_empty());
+    assert_eq!(paced(&h.lp.sessions[&pid].mode), Some(false), "loaded");
     assert!(matches!(
         h.lp.sessions[&pid].mode,
         Mode::Prefetching {

@@ -6,11 +6,11 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use warmstart_plan::Plan;
 use warmstart_record::Aggregator;
-use warmstart_replay::{monotonic_ns, Backend as _, Engine, RealBackend, Report};
+use warmstart_replay::{monotonic_ns, Backend as _, DataGate, Engine, RealBackend, Report};
 
 use super::cache::{Cache, Check};
 use super::config::DaemonConfig;
@@ -46,8 +46,30 @@ pub(super) enum Mode {
         /// A relearning profile's launch, prefetched with its previous
         /// plan: recorded in full, and its trace is a learning trace.
         relearn: bool,
+        /// Paces the replay's data until the exec is done (see
+        /// [`Start::Paced`]).
+        gate: Option<Arc<DataGate>>,
     },
 }
+
+/// Whether and how a launch's replay starts.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Start {
+    /// Not at all: the launch runs unprefetched.
+    No,
+    /// Everything at once: the program is loaded.
+    Now,
+    /// At the execve, before the kernel has found and loaded anything:
+    /// its data read through one request at a time until the exec event
+    /// opens the gate ([`Mode::release_data`]), so that the exec's own
+    /// synchronous reads (a `PATH` search's directories, the script's
+    /// `#!` line, the interpreter's headers) do not queue behind it.
+    Paced,
+}
+
+/// How long a replay's data is paced at most, waiting for its exec: as
+/// long as the daemon keeps a replay started at an execve.
+pub(super) const PACE_LIMIT: Duration = Duration::from_secs(1);
 
 /// One launch being followed, from its exec until its process tree
 /// exits, goes idle or runs too long.
@@ -216,8 +238,13 @@ pub(super) fn decide(
                     // its launch is already replaying for (`env` running
                     // `node`): that replay goes on.
                     let again = sessions.get(&tgid).is_some_and(|s| s.name == name);
-                    let start =
-                        !again && replaying(sessions, early_others) < dcfg.max_concurrent_replays;
+                    let start = if again
+                        || replaying(sessions, early_others) >= dcfg.max_concurrent_replays
+                    {
+                        Start::No
+                    } else {
+                        Start::Now
+                    };
                     (
                         start_prefetch(plan, cfg, cache, start, audited, relearn, exec_ts_ns),
                         false,
@@ -274,13 +301,13 @@ pub(super) fn replaying(sessions: &HashMap<u32, Session>, early: usize) -> usize
             .count()
 }
 
-/// A prefetching mode for `plan`, its replay started on a new thread if
-/// `start` (no thread, no replay: the launch runs unprefetched).
+/// A prefetching mode for `plan`, its replay started on a new thread as
+/// `start` says (no thread, no replay: the launch runs unprefetched).
 fn start_prefetch(
     plan: Arc<Plan>,
     cfg: &Config,
     cache: &Cache,
-    start: bool,
+    start: Start,
     audited: bool,
     relearn: bool,
     seen_ns: u64,
@@ -289,14 +316,16 @@ fn start_prefetch(
     let requests = Arc::new(AtomicU64::new(0));
     let first_request_ns = Arc::new(AtomicU64::new(0));
     let first_start_ns = Arc::new(AtomicU64::new(0));
-    let replay = if start {
+    let gate = (start == Start::Paced).then(|| Arc::new(DataGate::closed(PACE_LIMIT)));
+    let replay = if start != Start::No {
         let plan = Arc::clone(&plan);
         let opts = cfg.replay.clone();
-        let (flag, requests, first, started) = (
+        let (flag, requests, first, started, held) = (
             Arc::clone(&cancel),
             Arc::clone(&requests),
             Arc::clone(&first_request_ns),
             Arc::clone(&first_start_ns),
+            gate.clone(),
         );
         let backend = Arc::clone(&cache.backend);
         // Started on this thread's CPU: see `spawn_here`.
@@ -307,7 +336,15 @@ fn start_prefetch(
             if let Some(cpus) = cpus {
                 let _ = backend.set_thread_cpus(&cpus);
             }
-            replay(&backend, &plan, opts, flag, requests, (first, started))
+            replay(
+                &backend,
+                &plan,
+                opts,
+                flag,
+                held,
+                requests,
+                (first, started),
+            )
         })
         .ok()
     } else {
@@ -323,6 +360,7 @@ fn start_prefetch(
         seen_ns,
         audited,
         relearn,
+        gate,
     }
 }
 
@@ -463,7 +501,7 @@ fn start_named(ctx: &Ctx, name: &str, execve_ns: u64) -> Option<Early> {
         return None;
     }
     let (plan, _) = known.plan?;
-    let mode = start_prefetch(plan, ctx.cfg, cache, true, false, false, execve_ns);
+    let mode = start_prefetch(plan, ctx.cfg, cache, Start::Paced, false, false, execve_ns);
     matches!(
         mode,
         Mode::Prefetching {
@@ -490,18 +528,30 @@ fn replay(
     plan: &Plan,
     opts: warmstart_replay::Options,
     cancel: Arc<AtomicBool>,
+    gate: Option<Arc<DataGate>>,
     requests: Arc<AtomicU64>,
     (first_request_ns, first_start_ns): (Arc<AtomicU64>, Arc<AtomicU64>),
 ) -> Option<Report> {
-    Engine::new(backend, opts)
+    let engine = Engine::new(backend, opts)
         .ok()?
         .share_cancel(cancel)
-        .share_progress(requests, first_start_ns, first_request_ns)
-        .run(plan)
-        .ok()
+        .share_progress(requests, first_start_ns, first_request_ns);
+    match gate {
+        Some(g) => engine.pace_data(g),
+        None => engine,
+    }
+    .run(plan)
+    .ok()
 }
 
 impl Mode {
+    /// The exec is done: a paced replay's data is queued from now on.
+    pub(super) fn release_data(&self) {
+        if let Mode::Prefetching { gate: Some(g), .. } = self {
+            g.open();
+        }
+    }
+
     /// Whether the launch's pages are recorded (learning, or an audited
     /// prefetched launch).
     pub(super) fn recorded(&self) -> bool {

@@ -33,10 +33,12 @@
 //!   step, and setup checks the cancel flag as it goes.
 
 mod dispatch;
+mod gate;
 mod meta;
 mod wait;
 mod worker;
 
+pub use gate::DataGate;
 pub use meta::{device_reads_reach, metadata_mostly_read, metadata_paths, MAX_META_REQUEST};
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -241,6 +243,7 @@ pub struct Engine<'b, B: Backend> {
     progress: Arc<AtomicU64>,
     first_started: Arc<AtomicU64>,
     first_issued: Arc<AtomicU64>,
+    gate: Option<Arc<DataGate>>,
 }
 
 impl<'b, B: Backend> Engine<'b, B> {
@@ -267,6 +270,7 @@ impl<'b, B: Backend> Engine<'b, B> {
             progress: Arc::new(AtomicU64::new(0)),
             first_started: Arc::new(AtomicU64::new(0)),
             first_issued: Arc::new(AtomicU64::new(0)),
+            gate: None,
         })
     }
 
@@ -292,6 +296,14 @@ impl<'b, B: Backend> Engine<'b, B> {
     /// Uses `flag` as the [`cancel_flag`](Self::cancel_flag).
     pub fn share_cancel(mut self, flag: Arc<AtomicBool>) -> Self {
         self.cancel = flag;
+        self
+    }
+
+    /// Paces the plan's data while `gate` is closed (see [`DataGate`]):
+    /// each data request is read through, synchronously, instead of
+    /// queued with `WILLNEED`.
+    pub fn pace_data(mut self, gate: Arc<DataGate>) -> Self {
+        self.gate = Some(gate);
         self
     }
 
@@ -349,6 +361,7 @@ impl<'b, B: Backend> Engine<'b, B> {
             .opts
             .memory_floor
             .unwrap_or_else(|| Options::default_memory_floor(mem.total));
+        state.gate = self.gate.clone();
         state.progress = Some(Arc::clone(&self.progress));
         state.first_started = Some(Arc::clone(&self.first_started));
         state.first_issued = Some(Arc::clone(&self.first_issued));

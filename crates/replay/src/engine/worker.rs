@@ -13,7 +13,7 @@ use warmstart_plan::trace::{FileId, PAGE_SIZE};
 use warmstart_plan::{Entry, Plan};
 
 use super::meta::{self, DevState, DeviceSlot};
-use super::{lock, monotonic_ns, nanos, Engine, Options};
+use super::{lock, monotonic_ns, nanos, DataGate, Engine, Options};
 use crate::backend::{Backend, LookupOutcome};
 use crate::error::dev_name;
 use crate::report::{
@@ -191,6 +191,9 @@ pub(super) struct State<'a, B: Backend> {
     pub(super) requests: AtomicU64,
     /// Data requests with their issue times (`Options::log_requests`).
     pub(super) request_log: Option<Mutex<Vec<IssuedRequest>>>,
+    /// While closed, data is read through rather than queued
+    /// ([`DataGate`]).
+    pub(super) gate: Option<Arc<DataGate>>,
     /// The engine's progress counter, shared with the launch manager.
     pub(super) progress: Option<Arc<AtomicU64>>,
     pub(super) first_started: Option<Arc<AtomicU64>>,
@@ -297,6 +300,7 @@ impl<'a, B: Backend> State<'a, B> {
             lookups: Mutex::new(LookupCounts::default()),
             requests: AtomicU64::new(0),
             request_log: opts.log_requests.then(|| Mutex::new(Vec::new())),
+            gate: None,
             progress: None,
             first_started: None,
             first_issued: None,
@@ -375,7 +379,10 @@ impl<'a, B: Backend> State<'a, B> {
         if let Some(h) = self.file_handle(file) {
             let t = Instant::now();
             let issued_ns = self.request_log.as_ref().map(|_| monotonic_ns());
-            let res = self.backend.prefetch(&h, offset, len);
+            let res = match &self.gate {
+                Some(g) if !g.is_open() => self.backend.read_through(&h, offset, len),
+                _ => self.backend.prefetch(&h, offset, len),
+            };
             self.busy_data
                 .fetch_add(nanos(t.elapsed()), Ordering::Relaxed);
             match res {
