@@ -69,7 +69,7 @@ pub(super) enum Start {
 
 /// How long a replay's data is paced at most, waiting for its exec: as
 /// long as the daemon keeps a replay started at an execve.
-pub(super) const PACE_LIMIT: Duration = Duration::from_secs(1);
+const PACE_LIMIT: Duration = Duration::from_secs(1);
 
 /// One launch being followed, from its exec until its process tree
 /// exits, goes idle or runs too long.
@@ -320,7 +320,7 @@ fn start_prefetch(
     let replay = if start != Start::No {
         let plan = Arc::clone(&plan);
         let opts = cfg.replay.clone();
-        let (flag, requests, first, started, held) = (
+        let (flag, requests, first, started, paced) = (
             Arc::clone(&cancel),
             Arc::clone(&requests),
             Arc::clone(&first_request_ns),
@@ -341,7 +341,7 @@ fn start_prefetch(
                 &plan,
                 opts,
                 flag,
-                held,
+                paced,
                 requests,
                 (first, started),
             )
