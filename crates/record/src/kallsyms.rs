@@ -34,12 +34,21 @@ impl Kallsyms {
         Kallsyms { syms }
     }
 
-    /// The function containing `addr`.
+    /// The function containing `addr`; `None` below the first symbol and
+    /// past the end of the kernel's text (up to the next symbol): a BPF
+    /// program's JIT code, for one, has no symbol once it is unloaded, and
+    /// naming it after the marker before it (`_einittext`) would pass it
+    /// off as the function a thread slept in.
     pub fn name(&self, addr: u64) -> Option<&str> {
         let i = self.syms.partition_point(|(a, _)| *a <= addr);
-        i.checked_sub(1).map(|i| self.syms[i].1.as_str())
+        let name = self.syms[i.checked_sub(1)?].1.as_str();
+        (!TEXT_ENDS.contains(&name)).then_some(name)
     }
 }
+
+/// Markers where the kernel's text ends: what follows them, up to the
+/// next symbol, is no function.
+const TEXT_ENDS: [&str; 2] = ["_etext", "_einittext"];
 
 /// What a D-state sleep was for, from its kernel stack.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,6 +115,8 @@ ffffffff81300000 D some_data
 ffffffff81400000 T __schedule
 ffffffff81400800 T schedule
 ffffffff81500000 T ext4_init [ext4]
+ffffffff81600000 T _einittext
+ffffffffc0201000 t ftrace_trampoline [__builtin__ftrace]
 ";
 
     #[test]
@@ -120,6 +131,21 @@ ffffffff81500000 T ext4_init [ext4]
         );
         assert_eq!(k.name(0xffffffff81500001), Some("ext4_init"));
         assert_eq!(k.name(0x1000), None);
+        assert_eq!(
+            k.name(0xffffffffa0001234),
+            None,
+            "past the end of the text: an unloaded BPF program"
+        );
+        assert_eq!(k.name(0xffffffffc0201010), Some("ftrace_trampoline"));
+    }
+
+    #[test]
+    fn an_unnamed_frame_leaves_the_function_to_the_next() {
+        let k = Kallsyms::parse(TEXT);
+        let stack = [0xffffffffa0001234, 0xffffffff81400010, 0xffffffff81200010];
+        let w = sleep_why(stack.iter().filter_map(|&a| k.name(a)));
+        assert_eq!(w.function, "rwsem_down_read_slowpath");
+        assert!(!w.for_page);
     }
 
     #[test]
