@@ -103,20 +103,6 @@ impl Plan {
         Ok(p)
     }
 
-    /// Reads a plan from `r`: the header is checked before the body is
-    /// read (see [`container::read`]), then everything [`Plan::from_bytes`]
-    /// checks.
-    pub fn read_from(r: &mut impl std::io::Read) -> Result<Plan, FormatError> {
-        let (header, bytes) = container::read(r)?;
-        if header.kind != Kind::Plan {
-            return Err(FormatError::WrongKind {
-                expected: Kind::Plan,
-                found: header.kind,
-            });
-        }
-        Plan::from_bytes(&bytes)
-    }
-
     /// Invariants: every index points into its table, no empty extents,
     /// data ranges inside their file's recorded size, and every count,
     /// length and sum within [`crate::limits`]; no file listed twice. A

@@ -257,19 +257,6 @@ impl Trace {
         Ok(t)
     }
 
-    /// Reads a trace from `r`, its header checked before its body is read
-    /// (see [`container::read`]).
-    pub fn read_from(r: &mut impl std::io::Read) -> Result<Trace, FormatError> {
-        let (header, bytes) = container::read(r)?;
-        if header.kind != Kind::Trace {
-            return Err(FormatError::WrongKind {
-                expected: Kind::Trace,
-                found: header.kind,
-            });
-        }
-        Trace::from_bytes(&bytes)
-    }
-
     /// Invariants a decoded trace must hold: no file twice, no empty range,
     /// ranges within their file's size, and every count, length and sum
     /// within [`crate::limits`] (extents of all files and metadata extents

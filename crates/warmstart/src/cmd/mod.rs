@@ -37,21 +37,14 @@ pub fn dispatch(cli: Cli) -> Result<i32> {
     }
 }
 
-/// Human-readable byte counts for summaries.
-/// Reads a trace or plan. Only a regular file, and only once its first
-/// bytes are a warmstart magic: a FIFO would block, and `/dev/zero` or a
-/// large unrelated file would be read whole into memory before the decoder
-/// could say what it is not. Decoding reports everything else.
-pub fn read_container(path: &std::path::Path) -> Result<Vec<u8>> {
+/// Opens a trace or plan file for reading, refusing anything but a
+/// regular file. Non-blocking, so that opening a FIFO does not wait for a
+/// writer; that changes nothing for a regular file.
+pub fn open_container(path: &std::path::Path) -> Result<(std::fs::File, std::fs::Metadata)> {
     use anyhow::Context;
-    use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
-    /// Far beyond any real trace or plan.
-    const MAX: u64 = 1 << 30;
     let what = || format!("reading {}", path.display());
-    // Non-blocking, so that opening a FIFO does not wait for a writer; it
-    // changes nothing for a regular file.
-    let mut f = std::fs::OpenOptions::new()
+    let f = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK)
         .open(path)
@@ -62,6 +55,20 @@ pub fn read_container(path: &std::path::Path) -> Result<Vec<u8>> {
         "{} is not a regular file (a trace or plan is one)",
         path.display()
     );
+    Ok((f, md))
+}
+
+/// Reads a trace or plan. Only a regular file, and only once its first
+/// bytes are a warmstart magic: a FIFO would block, and `/dev/zero` or a
+/// large unrelated file would be read whole into memory before the decoder
+/// could say what it is not. Decoding reports everything else.
+pub fn read_container(path: &std::path::Path) -> Result<Vec<u8>> {
+    use anyhow::Context;
+    use std::io::Read;
+    /// Far beyond any real trace or plan.
+    const MAX: u64 = 1 << 30;
+    let what = || format!("reading {}", path.display());
+    let (mut f, md) = open_container(path)?;
     let mut bytes = Vec::new();
     (&mut f)
         .take(8)
@@ -81,6 +88,7 @@ pub fn read_container(path: &std::path::Path) -> Result<Vec<u8>> {
     Ok(bytes)
 }
 
+/// Human-readable byte counts for summaries.
 pub fn human_bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut v = n as f64;

@@ -1,7 +1,6 @@
 //! `warmstart show`: traces (and plans) for people and for scripts.
 
 use std::io::{Seek, SeekFrom, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use anyhow::{Context, Result};
@@ -39,19 +38,7 @@ pub fn run(args: ShowArgs) -> Result<i32> {
 /// limits), whatever the file's size.
 fn read_checked(path: &Path) -> Result<(Header, Vec<u8>)> {
     let what = || format!("reading {}", path.display());
-    // Non-blocking, so that opening a FIFO does not wait for a writer; it
-    // changes nothing for a regular file.
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-        .with_context(what)?;
-    let md = f.metadata().with_context(what)?;
-    anyhow::ensure!(
-        md.is_file(),
-        "{} is not a regular file (a trace or plan is one)",
-        path.display()
-    );
+    let (mut f, md) = super::open_container(path)?;
     let header = Header::read(&mut f).with_context(|| format!("{}", path.display()))?;
     let promised = HEADER_LEN as u64 + header.len;
     anyhow::ensure!(
