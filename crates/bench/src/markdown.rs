@@ -7,7 +7,7 @@
 use std::fmt::Write;
 
 use crate::export::Results;
-use crate::report::{fmt_time, mean_gaps};
+use crate::report::{fmt_time, mean_gaps, standalone_vs_sequential};
 use crate::runner::Summary;
 use crate::scenario::Scenario;
 
@@ -125,6 +125,26 @@ pub fn render(results: &Results) -> String {
     }
     out.push('\n');
     out.push('\n');
+    let seq = results.testbed.as_ref().and_then(|t| t.device.as_ref());
+    let alone: Vec<String> = results
+        .programs
+        .iter()
+        .filter_map(|p| {
+            let l = standalone_vs_sequential(&p.runs, seq?.seq1m_mb_s)?;
+            Some(format!("- {}: {l}", cell(&p.name)))
+        })
+        .collect();
+    if !alone.is_empty() {
+        let _ = writeln!(
+            out,
+            "A standalone replay against a sequential read of its bytes:"
+        );
+        out.push('\n');
+        for l in alone {
+            let _ = writeln!(out, "{l}");
+        }
+        out.push('\n');
+    }
     let _ = writeln!(out, "Commands, and when a launch counts as complete:");
     out.push('\n');
     for p in &results.programs {

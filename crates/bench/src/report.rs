@@ -207,6 +207,38 @@ pub fn wrapper_costs(runs: &[crate::runner::Run]) -> Option<String> {
     })
 }
 
+/// One line on a standalone replay against reading its bytes in one
+/// sequential stream: the median `prefetch-only` time over the time its
+/// median device bytes take at `seq_mb_s` (fio's 1 MiB sequential read of
+/// the same device, in the same run). Needs the device's read counter
+/// (`--fs`); `None` without prefetch-only rounds or bytes.
+pub fn standalone_vs_sequential(runs: &[crate::runner::Run], seq_mb_s: f64) -> Option<String> {
+    let alone: Vec<_> = runs
+        .iter()
+        .filter(|r| r.scenario == Scenario::PrefetchOnly)
+        .collect();
+    let times: Vec<f64> = alone.iter().map(|r| r.time_s).collect();
+    let bytes: Vec<f64> = alone
+        .iter()
+        .filter_map(|r| r.device_read_bytes)
+        .map(|b| b as f64)
+        .collect();
+    let (t, b) = (crate::stats::median(&times)?, crate::stats::median(&bytes)?);
+    if b <= 0.0 || seq_mb_s <= 0.0 {
+        return None;
+    }
+    let sequential = b / (seq_mb_s * 1e6);
+    Some(format!(
+        "prefetch-only took {:.2}x the time its device bytes take read sequentially \
+         ({:.1} MB: {} at fio's {:.1} MB/s; medians of {} rounds)",
+        t / sequential,
+        b / 1e6,
+        fmt_time(sequential),
+        seq_mb_s,
+        alone.len()
+    ))
+}
+
 /// The whole report.
 pub fn render(results: &Results) -> String {
     let mut out = String::new();
@@ -241,6 +273,10 @@ pub fn render(results: &Results) -> String {
         out.push_str(&program_table(&p.summary));
         if let Some(w) = wrapper_costs(&p.runs) {
             let _ = writeln!(out, "  {w}");
+        }
+        let seq = results.testbed.as_ref().and_then(|t| t.device.as_ref());
+        if let Some(l) = seq.and_then(|d| standalone_vs_sequential(&p.runs, d.seq1m_mb_s)) {
+            let _ = writeln!(out, "  {l}");
         }
         out.push('\n');
     }
@@ -327,6 +363,39 @@ mod tests {
         assert!(wrapper_costs(runs)
             .unwrap()
             .contains("medians of 1 prefetched"));
+    }
+
+    #[test]
+    fn a_standalone_replay_is_set_against_a_sequential_read_of_its_bytes() {
+        let mut r = sample();
+        let runs = &mut r.programs[0].runs;
+        assert_eq!(
+            standalone_vs_sequential(runs, 100.0),
+            None,
+            "no device counter outside a testbed"
+        );
+        let mut n = 0;
+        for (i, x) in runs
+            .iter_mut()
+            .filter(|x| x.scenario == Scenario::PrefetchOnly)
+            .enumerate()
+        {
+            // 0.5 s and 0.7 s for 40 and 60 MB: medians 0.6 s, 50 MB.
+            x.time_s = 0.5 + 0.2 * i as f64;
+            x.device_read_bytes = Some(40_000_000 + 20_000_000 * i as u64);
+            n += 1;
+        }
+        assert_eq!(n, 2, "the sample has two prefetch-only rounds");
+        let l = standalone_vs_sequential(runs, 100.0).unwrap();
+        assert!(
+            l.starts_with("prefetch-only took 1.20x the time"),
+            "50 MB at 100 MB/s is 0.5 s: {l}"
+        );
+        assert!(
+            l.contains("(50.0 MB: 500.0 ms at fio's 100.0 MB/s; medians of 2 rounds)"),
+            "{l}"
+        );
+        assert_eq!(standalone_vs_sequential(runs, 0.0), None);
     }
 
     #[test]

@@ -672,10 +672,19 @@ mod tests {
         // In every export.
         let mut r = crate::export::tests::sample();
         r.testbed = Some(info);
+        for x in &mut r.programs[0].runs {
+            x.device_read_bytes = Some(19_100_000);
+        }
         let text = crate::report::render(&r);
         assert!(
             text.starts_with(&format!("{}\n{}\n\n", l[0], l[1])),
             "{text}"
+        );
+        assert!(
+            text.contains(
+                "  prefetch-only took 1.00x the time its device bytes take read sequentially"
+            ),
+            "with fio's figures, each program's standalone replay against them: {text}"
         );
         let md = crate::markdown::render(&r);
         assert!(
@@ -683,6 +692,13 @@ mod tests {
                 "- **Testbed:** xfs image on sd (600 us latency) (image \
                  `/var/cache/warmstart-bench/testbed-xfs.img`, contents /usr).\n\
                  - **Device (fio on the loop device):** 4k random read QD1 850 us"
+            ),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "A standalone replay against a sequential read of its bytes:\n\n\
+                 - demo: prefetch-only took 1.00x"
             ),
             "{md}"
         );
