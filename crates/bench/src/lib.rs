@@ -203,6 +203,7 @@ impl BenchArgs {
             .filter(|s| *s != Scenario::Vmtouch || real::which("vmtouch"))
             .filter(|s| !s.uses_binary() || bin)
             .filter(|s| *s != Scenario::Daemon || root)
+            .filter(|s| *s != Scenario::Sequential || testbed::inner().is_some())
             .collect()
     }
 }
@@ -233,6 +234,9 @@ pub fn run(args: BenchArgs, quiet: bool) -> Result<i32> {
     let scenarios = args.scenarios();
     if scenarios.contains(&Scenario::Vmtouch) && !real::which("vmtouch") {
         bail!("the vmtouch scenario needs vmtouch (apt-get install vmtouch)");
+    }
+    if scenarios.contains(&Scenario::Sequential) && testbed::inner().is_none() {
+        bail!("the sequential scenario reads a testbed's loop device: use it with --fs");
     }
     let warmstart_bin = wrapped::warmstart_binary();
     if scenarios.iter().any(|s| s.uses_binary()) {

@@ -11,14 +11,10 @@ use crate::report::{fmt_time, mean_gaps, standalone_vs_sequential};
 use crate::runner::Summary;
 use crate::scenario::Scenario;
 
-/// Scenarios whose gap captured means nothing: cold is the baseline,
-/// warm is 100% by definition, prefetch-only runs no application, and
-/// learning is a cost.
+/// Scenarios whose gap captured means nothing: warm is 100% by
+/// definition, and see [`Scenario::has_gap`] for the rest.
 fn has_gap(s: Scenario) -> bool {
-    !matches!(
-        s,
-        Scenario::Cold | Scenario::Warm | Scenario::PrefetchOnly | Scenario::Learning
-    )
+    s != Scenario::Warm && s.has_gap()
 }
 
 /// The whole document.
@@ -125,12 +121,16 @@ pub fn render(results: &Results) -> String {
     }
     out.push('\n');
     out.push('\n');
-    let seq = results.testbed.as_ref().and_then(|t| t.device.as_ref());
+    let rate = results
+        .testbed
+        .as_ref()
+        .and_then(|t| t.device.as_ref())
+        .map(|d| d.seq1m_mb_s);
     let alone: Vec<String> = results
         .programs
         .iter()
         .filter_map(|p| {
-            let l = standalone_vs_sequential(&p.runs, seq?.seq1m_mb_s)?;
+            let l = standalone_vs_sequential(&p.runs, rate)?;
             Some(format!("- {}: {l}", cell(&p.name)))
         })
         .collect();

@@ -19,6 +19,7 @@ fn colour(s: Scenario) -> RGBColor {
         Scenario::Cold => RGBColor(90, 90, 90),
         Scenario::Warm => RGBColor(170, 170, 170),
         Scenario::PrefetchOnly => RGBColor(200, 200, 160),
+        Scenario::Sequential => RGBColor(170, 170, 130),
         Scenario::Bound => RGBColor(225, 225, 225),
         Scenario::Demand => RGBColor(210, 210, 190),
         Scenario::Contention => RGBColor(205, 190, 190),

@@ -30,6 +30,10 @@ pub enum Scenario {
     /// The prefetcher alone on a cold cache, until its reads are resident
     /// (FAST's t_SSD). No application runs.
     PrefetchOnly,
+    /// The plan's bytes read in one sequential stream from the testbed's
+    /// loop device with direct I/O, 1 MiB at a time: what `prefetch-only`
+    /// is set against in the same round. No application runs; `--fs` only.
+    Sequential,
     /// max(warm, prefetch-only) of the same round: the best any prefetcher
     /// can do (FAST's t_bound). Computed, not run.
     Bound,
@@ -71,10 +75,11 @@ pub enum Scenario {
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 15] = [
+    pub const ALL: [Scenario; 16] = [
         Scenario::Cold,
         Scenario::Warm,
         Scenario::PrefetchOnly,
+        Scenario::Sequential,
         Scenario::Bound,
         Scenario::Demand,
         Scenario::Contention,
@@ -94,6 +99,7 @@ impl Scenario {
             Scenario::Cold => "cold",
             Scenario::Warm => "warm",
             Scenario::PrefetchOnly => "prefetch-only",
+            Scenario::Sequential => "sequential",
             Scenario::Bound => "bound",
             Scenario::Demand => "demand",
             Scenario::Contention => "contention",
@@ -113,6 +119,16 @@ impl Scenario {
     /// are derived).
     pub fn is_run(self) -> bool {
         !matches!(self, Scenario::Bound | Scenario::Demand)
+    }
+
+    /// Whether its share of the cold–warm gap means anything: cold is 0 by
+    /// definition, prefetch-only and sequential run no application (they
+    /// are read as times), and learning is a cost.
+    pub fn has_gap(self) -> bool {
+        !matches!(
+            self,
+            Scenario::Cold | Scenario::PrefetchOnly | Scenario::Sequential | Scenario::Learning
+        )
     }
 
     /// Whether the scenario starts from an evicted cache.

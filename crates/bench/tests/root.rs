@@ -179,10 +179,12 @@ fn root_every_scenario_runs_on_a_real_command() {
     if !bin {
         eprintln!("run and daemon skipped: no warmstart binary beside the tests");
     }
+    // The sequential ruler reads a testbed's loop device (tests/testbed.rs).
     let scenarios: Vec<Scenario> = Scenario::ALL
         .into_iter()
         .filter(|s| *s != Scenario::Vmtouch || warmstart_bench::real::which("vmtouch"))
         .filter(|s| !s.uses_binary() || bin)
+        .filter(|s| *s != Scenario::Sequential)
         .collect();
     let mut cfg = config(true);
     cfg.scenarios = scenarios.clone();
@@ -244,4 +246,17 @@ fn root_the_binary_writes_every_export() {
     let json: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out("r.json")).unwrap()).unwrap();
     assert_eq!(json["programs"][0]["name"], "cat-data");
+    // The sequential ruler has no device to read outside a testbed.
+    let seq = std::process::Command::new(env!("CARGO_BIN_EXE_warmstart-bench"))
+        .args(["--quiet", "--evict-files", "--scenarios", "cold,sequential"])
+        .args(["--runs", "1", "--", "cat"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&seq.stderr);
+    assert!(!seq.status.success());
+    assert!(
+        err.contains("the sequential scenario reads a testbed's loop device: use it with --fs"),
+        "{err}"
+    );
 }

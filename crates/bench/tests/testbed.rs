@@ -139,7 +139,14 @@ fn root_bench_runs_every_scenario_inside_the_testbed() {
     // `run` launches the warmstart binary, built beside the harness by
     // `cargo test --workspace` (or named by WARMSTART_BENCH_BIN).
     let bin = warmstart_bench::wrapped::warmstart_binary().is_some_and(|b| b.is_file());
-    let mut scenarios = vec!["cold", "warm", "warmstart", "fast", "prefetch-only"];
+    let mut scenarios = vec![
+        "cold",
+        "warm",
+        "warmstart",
+        "fast",
+        "prefetch-only",
+        "sequential",
+    ];
     if bin {
         scenarios.push("run");
     } else {
@@ -188,6 +195,18 @@ fn root_bench_runs_every_scenario_inside_the_testbed() {
     // The replay's reads go to the loop device too.
     let pf = device_reads(&r, "prefetch-only");
     assert!(pf >= 2 << 20, "prefetch-only read {pf} bytes");
+    // The sequential ruler reads as many bytes as warmstart's plan holds,
+    // from the loop device, past its cache.
+    let plan = learned["plan_bytes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x[0] == "warmstart")
+        .and_then(|x| x[1].as_u64())
+        .expect("warmstart's plan bytes");
+    let seq = &runs(&r, "sequential")[0];
+    assert!(seq["prefetched_bytes"].as_u64().unwrap() >= plan, "{seq:#}");
+    assert!(device_reads(&r, "sequential") >= plan, "{seq:#}");
     no_leftovers(&cache.0);
 
     // The same on the sd model, with its fio figures in the results.

@@ -257,6 +257,15 @@ impl Executor for RealExecutor {
                     ..Default::default()
                 }
             }
+            Scenario::Sequential => {
+                let t0 = Instant::now();
+                let bytes = self.read_sequentially()?;
+                Measurement {
+                    time: t0.elapsed(),
+                    prefetched_bytes: Some(bytes),
+                    ..Default::default()
+                }
+            }
             Scenario::Sorted => {
                 let t0 = Instant::now();
                 let bytes = self.prefetch_and_wait(s)?;
@@ -338,8 +347,9 @@ impl Executor for RealExecutor {
             }
             Scenario::Bound | Scenario::Demand => bail!("{s} is computed, not launched"),
         };
-        // Any launch leaves the cache warm; a prefetch alone does not.
-        self.warm = s != Scenario::PrefetchOnly;
+        // Any launch leaves the cache warm; a prefetch alone does not, nor
+        // does a read that bypasses the cache.
+        self.warm = !matches!(s, Scenario::PrefetchOnly | Scenario::Sequential);
         m.resident_before = resident_before;
         m.device_read_bytes = device_before.and_then(|b| {
             let after = crate::testbed::inner()?.device_read_bytes()?;

@@ -1,7 +1,8 @@
 //! The prefetchers measured beside (or ahead of) a launch: a replay
-//! started just before it, a replay waited for, and whole-file preloaders.
+//! started just before it, a replay waited for, and whole-file preloaders;
+//! and the sequential read a replay waited for is set against.
 
-use std::io::Read;
+use std::io::{Read, Seek};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread;
@@ -66,6 +67,56 @@ impl RealExecutor {
             );
         }
         Ok(r.bytes_issued())
+    }
+
+    /// Reads as many bytes as warmstart's plan holds (data and metadata)
+    /// from the testbed's loop device in one stream, 1 MiB at a time with
+    /// direct I/O, from a place that moves from round to round; returns
+    /// the bytes read. What a standalone replay of the plan could at best
+    /// take on this device, measured in the same round as it.
+    pub(super) fn read_sequentially(&self) -> Result<u64> {
+        use std::os::unix::fs::{FileExt, OpenOptionsExt};
+        const CHUNK: usize = 1 << 20;
+        let tb = crate::testbed::inner()
+            .context("the sequential scenario reads the testbed's loop device: it needs --fs")?;
+        let plan = &self.plans[&Scenario::PrefetchOnly];
+        let want = plan.data_bytes() + plan.meta_bytes();
+        let dev = &tb.info.loop_device;
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(dev)
+            .with_context(|| format!("opening {dev} for a direct sequential read"))?;
+        let size = (&f)
+            .seek(std::io::SeekFrom::End(0))
+            .with_context(|| format!("finding the size of {dev}"))?;
+        let span = size.saturating_sub(want) / CHUNK as u64;
+        let start = if span == 0 {
+            0
+        } else {
+            // Not the same place every round: the host may cache what it
+            // served last.
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| u64::from(d.subsec_nanos()));
+            (nanos % span) * CHUNK as u64
+        };
+        // Direct I/O wants an aligned buffer.
+        let mut raw = vec![0u8; CHUNK + 4096];
+        let at = raw.as_ptr().align_offset(4096);
+        let buf = &mut raw[at..at + CHUNK];
+        let mut done = 0u64;
+        while done < want {
+            let n = (want - done).min(CHUNK as u64).div_ceil(4096) * 4096;
+            let k = f
+                .read_at(&mut buf[..n as usize], start + done)
+                .with_context(|| format!("reading {dev}"))?;
+            if k == 0 {
+                bail!("{dev} ended after {done} of {want} bytes");
+            }
+            done += k as u64;
+        }
+        Ok(done)
     }
 
     pub(super) fn preload_all(&self) -> u64 {
