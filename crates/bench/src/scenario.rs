@@ -31,8 +31,9 @@ pub enum Scenario {
     /// (FAST's t_SSD). No application runs.
     PrefetchOnly,
     /// The plan's bytes read in one sequential stream from the testbed's
-    /// loop device with direct I/O, 1 MiB at a time: what `prefetch-only`
-    /// is set against in the same round. No application runs; `--fs` only.
+    /// loop device with direct I/O, 1 MiB requests, eight in flight: what
+    /// `prefetch-only` is set against in the same round. No application
+    /// runs; `--fs` only.
     Sequential,
     /// max(warm, prefetch-only) of the same round: the best any prefetcher
     /// can do (FAST's t_bound). Computed, not run.

@@ -70,13 +70,14 @@ impl RealExecutor {
     }
 
     /// Reads as many bytes as warmstart's plan holds (data and metadata)
-    /// from the testbed's loop device in one stream, 1 MiB at a time with
-    /// direct I/O, from a place that moves from round to round; returns
-    /// the bytes read. What a standalone replay of the plan could at best
+    /// from the testbed's loop device in one stream, 1 MiB requests with
+    /// direct I/O, eight in flight, from a place that moves from round to
+    /// round; returns the bytes read. What a standalone replay of the plan could at best
     /// take on this device, measured in the same round as it.
     pub(super) fn read_sequentially(&self) -> Result<u64> {
         use std::os::unix::fs::{FileExt, OpenOptionsExt};
         const CHUNK: usize = 1 << 20;
+        const DEPTH: usize = 8;
         let tb = crate::testbed::inner()
             .context("the sequential scenario reads the testbed's loop device: it needs --fs")?;
         let plan = &self.plans[&Scenario::PrefetchOnly];
@@ -101,21 +102,36 @@ impl RealExecutor {
                 .map_or(0, |d| u64::from(d.subsec_nanos()));
             (nanos % span) * CHUNK as u64
         };
-        // Direct I/O wants an aligned buffer.
-        let mut raw = vec![0u8; CHUNK + 4096];
-        let at = raw.as_ptr().align_offset(4096);
-        let buf = &mut raw[at..at + CHUNK];
-        let mut done = 0u64;
-        while done < want {
-            let n = (want - done).min(CHUNK as u64).div_ceil(4096) * 4096;
-            let k = f
-                .read_at(&mut buf[..n as usize], start + done)
-                .with_context(|| format!("reading {dev}"))?;
-            if k == 0 {
-                bail!("{dev} ended after {done} of {want} bytes");
+        // Chunk i of the stream goes to reader i % DEPTH: DEPTH requests
+        // in flight, as fio's sequential job has (warmstart_testbed::fio).
+        let chunks = want.div_ceil(CHUNK as u64);
+        let read = |first: u64| -> Result<u64> {
+            // Direct I/O wants an aligned buffer.
+            let mut raw = vec![0u8; CHUNK + 4096];
+            let at = raw.as_ptr().align_offset(4096);
+            let buf = &mut raw[at..at + CHUNK];
+            let mut n = 0u64;
+            for c in (first..chunks).step_by(DEPTH) {
+                let len = (want - c * CHUNK as u64).min(CHUNK as u64).div_ceil(4096) * 4096;
+                let k = f
+                    .read_at(&mut buf[..len as usize], start + c * CHUNK as u64)
+                    .with_context(|| format!("reading {dev}"))?;
+                if k == 0 {
+                    bail!("{dev} ended inside the {want} bytes read from {start}");
+                }
+                n += k as u64;
             }
-            done += k as u64;
-        }
+            Ok(n)
+        };
+        let done = std::thread::scope(|sc| {
+            let readers: Vec<_> = (0..DEPTH as u64)
+                .map(|i| sc.spawn(move || read(i)))
+                .collect();
+            readers
+                .into_iter()
+                .map(|h| h.join().expect("a reader thread panicked"))
+                .sum::<Result<u64>>()
+        })?;
         Ok(done)
     }
 
