@@ -7,7 +7,7 @@
 use std::fmt::Write;
 
 use crate::export::Results;
-use crate::report::{fmt_time, mean_gaps, standalone_vs_sequential};
+use crate::report::{fio_sequential_rate, fmt_time, mean_gaps, standalone_vs_sequential};
 use crate::runner::Summary;
 use crate::scenario::Scenario;
 
@@ -121,11 +121,7 @@ pub fn render(results: &Results) -> String {
     }
     out.push('\n');
     out.push('\n');
-    let rate = results
-        .testbed
-        .as_ref()
-        .and_then(|t| t.device.as_ref())
-        .map(|d| d.seq1m_mb_s);
+    let rate = fio_sequential_rate(results);
     let alone: Vec<String> = results
         .programs
         .iter()

@@ -258,6 +258,13 @@ pub fn standalone_vs_sequential(
     ))
 }
 
+/// fio's 1 MiB sequential read of the testbed's device model, MB/s, if
+/// the run measured one (`--storage`).
+pub fn fio_sequential_rate(results: &Results) -> Option<f64> {
+    let t = results.testbed.as_ref()?;
+    t.device.as_ref().map(|d| d.seq1m_mb_s)
+}
+
 /// The whole report.
 pub fn render(results: &Results) -> String {
     let mut out = String::new();
@@ -293,12 +300,7 @@ pub fn render(results: &Results) -> String {
         if let Some(w) = wrapper_costs(&p.runs) {
             let _ = writeln!(out, "  {w}");
         }
-        let rate = results
-            .testbed
-            .as_ref()
-            .and_then(|t| t.device.as_ref())
-            .map(|d| d.seq1m_mb_s);
-        if let Some(l) = standalone_vs_sequential(&p.runs, rate) {
+        if let Some(l) = standalone_vs_sequential(&p.runs, fio_sequential_rate(results)) {
             let _ = writeln!(out, "  {l}");
         }
         out.push('\n');

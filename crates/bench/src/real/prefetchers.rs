@@ -72,8 +72,8 @@ impl RealExecutor {
     /// Reads as many bytes as warmstart's plan holds (data and metadata)
     /// from the testbed's loop device in one stream, 1 MiB requests with
     /// direct I/O, eight in flight, from a place that moves from round to
-    /// round; returns the bytes read. What a standalone replay of the plan could at best
-    /// take on this device, measured in the same round as it.
+    /// round; returns the bytes read. What a standalone replay of the plan
+    /// could at best take on this device, measured in the same round.
     pub(super) fn read_sequentially(&self) -> Result<u64> {
         use std::os::unix::fs::{FileExt, OpenOptionsExt};
         const CHUNK: usize = 1 << 20;
@@ -123,7 +123,7 @@ impl RealExecutor {
             }
             Ok(n)
         };
-        let done = std::thread::scope(|sc| {
+        std::thread::scope(|sc| {
             let readers: Vec<_> = (0..DEPTH as u64)
                 .map(|i| sc.spawn(move || read(i)))
                 .collect();
@@ -131,8 +131,7 @@ impl RealExecutor {
                 .into_iter()
                 .map(|h| h.join().expect("a reader thread panicked"))
                 .sum::<Result<u64>>()
-        })?;
-        Ok(done)
+        })
     }
 
     pub(super) fn preload_all(&self) -> u64 {
