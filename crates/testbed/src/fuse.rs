@@ -9,8 +9,9 @@
 //! The fuser session thread only dispatches; `queue_depth` worker threads
 //! serve requests, so requests beyond the queue depth wait their turn as
 //! they would at a device: in the order they came, or for a disk with a
-//! head, in the order the host's I/O scheduler would send them (the loop
-//! device has none of its own to keep a queue). The kernel is asked for asynchronous direct I/O
+//! head, in the order the host's I/O scheduler would send them, and where
+//! the host's scheduler would merge the waiting requests that touch, as
+//! one (the loop device has no scheduler of its own to keep a queue). The kernel is asked for asynchronous direct I/O
 //! (FUSE_ASYNC_DIO) and a background limit above every profile's queue
 //! depth, so it really keeps that many requests in flight.
 
@@ -172,52 +173,51 @@ impl Filesystem for ModelFs {
     }
 }
 
-/// Serves one request: the model decides when it completes, the real
+/// Serves requests the scheduler merged into one (one request if none
+/// was): the model decides when they complete, as one request, the real
 /// image provides the bytes.
-fn serve(image: &File, clock: &DeviceClock, job: Job) {
-    let now = Instant::now();
-    match job {
-        Job::Read {
-            offset,
-            size,
-            reply,
-        } => {
-            let done = clock.schedule(now, offset, u64::from(size));
-            let mut buf = vec![0u8; size as usize];
-            let mut filled = 0;
-            let result = loop {
-                match image.read_at(&mut buf[filled..], offset + filled as u64) {
-                    Ok(0) => break Ok(()),
-                    Ok(n) => {
-                        filled += n;
-                        if filled == buf.len() {
-                            break Ok(());
-                        }
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) => break Err(e),
-                }
-            };
-            sleep_until(done);
-            match result {
-                Ok(()) => reply.data(&buf[..filled]),
-                Err(e) => reply.error(e.raw_os_error().unwrap_or(libc::EIO)),
+fn serve(image: &File, clock: &DeviceClock, jobs: Vec<Job>) {
+    let Some(first) = jobs.first() else {
+        return;
+    };
+    let bytes = jobs.iter().map(Job::len).sum();
+    let done = clock.schedule(Instant::now(), first.offset(), bytes);
+    let mut results = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        let result = match &job {
+            Job::Read { offset, size, .. } => read_full(image, *offset, *size),
+            Job::Write { offset, data, .. } => {
+                image.write_all_at(data, *offset).map(|()| Vec::new())
             }
-        }
-        Job::Write {
-            offset,
-            data,
-            reply,
-        } => {
-            let done = clock.schedule(now, offset, data.len() as u64);
-            let result = image.write_all_at(&data, offset);
-            sleep_until(done);
-            match result {
-                Ok(()) => reply.written(data.len() as u32),
-                Err(e) => reply.error(e.raw_os_error().unwrap_or(libc::EIO)),
-            }
+        };
+        results.push((job, result));
+    }
+    sleep_until(done);
+    for (job, result) in results {
+        let errno = |e: std::io::Error| e.raw_os_error().unwrap_or(libc::EIO);
+        match (job, result) {
+            (Job::Read { reply, .. }, Ok(buf)) => reply.data(&buf),
+            (Job::Read { reply, .. }, Err(e)) => reply.error(errno(e)),
+            (Job::Write { data, reply, .. }, Ok(_)) => reply.written(data.len() as u32),
+            (Job::Write { reply, .. }, Err(e)) => reply.error(errno(e)),
         }
     }
+}
+
+/// Reads up to `size` bytes at `offset`, fewer only at the image's end.
+fn read_full(image: &File, offset: u64, size: u32) -> std::io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; size as usize];
+    let mut filled = 0;
+    while filled < buf.len() {
+        match image.read_at(&mut buf[filled..], offset + filled as u64) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf.truncate(filled);
+    Ok(buf)
 }
 
 /// Requests received and not yet served, with when each came.
@@ -236,17 +236,34 @@ impl Job {
             Job::Read { offset, .. } | Job::Write { offset, .. } => *offset,
         }
     }
+
+    fn len(&self) -> u64 {
+        match self {
+            Job::Read { size, .. } => u64::from(*size),
+            Job::Write { data, .. } => data.len() as u64,
+        }
+    }
+
+    /// Where it starts and ends on the device, and whether it reads.
+    fn extent(&self) -> Extent {
+        Extent {
+            start: self.offset(),
+            end: self.offset() + self.len(),
+            read: matches!(self, Job::Read { .. }),
+        }
+    }
 }
 
 impl Queue {
-    /// The next request to serve; `None` once the filesystem is gone. A
-    /// device without a head serves requests as they come. For a disk the
-    /// host's I/O scheduler keeps the queue (the loop device in front of
-    /// this server has none: it passes every request on at once), so
-    /// requests are served as mq-deadline would: the nearest ahead of the
-    /// head, sweeping up and starting again from the lowest, unless the
-    /// oldest has waited `READ_EXPIRE`.
-    fn next(&mut self, clock: &DeviceClock) -> Option<Job> {
+    /// The next requests to serve, as one; `None` once the filesystem is
+    /// gone. The host's I/O scheduler would keep this queue (the loop
+    /// device in front of this server has none: it passes every request
+    /// on at once). A device without a head serves requests as they come;
+    /// for a disk they are served as mq-deadline would: the nearest ahead
+    /// of the head, sweeping up and starting again from the lowest, unless
+    /// the oldest has waited `READ_EXPIRE`. Where the model merges, the
+    /// waiting requests that touch the one picked go with it.
+    fn next(&mut self, clock: &DeviceClock) -> Option<Vec<Job>> {
         if self.waiting.is_empty() {
             let job = self.rx.recv().ok()?;
             self.waiting.push((Instant::now(), job));
@@ -260,7 +277,48 @@ impl Queue {
             }
             _ => 0,
         };
-        Some(self.waiting.remove(pick).1)
+        let extents: Vec<Extent> = self.waiting.iter().map(|(_, j)| j.extent()).collect();
+        let mut run = merged_run(pick, &extents, clock.model().merge);
+        // Take them out from the back so the indices stay valid, then put
+        // them in device order.
+        run.sort_unstable_by(|a, b| b.cmp(a));
+        let mut jobs: Vec<Job> = run.into_iter().map(|i| self.waiting.remove(i).1).collect();
+        jobs.sort_by_key(Job::offset);
+        Some(jobs)
+    }
+}
+
+/// A waiting request's place on the device.
+#[derive(Clone, Copy, Debug)]
+struct Extent {
+    start: u64,
+    end: u64,
+    read: bool,
+}
+
+/// Which waiting requests are served with the one at `pick`: those of the
+/// same direction that extend it at either end, one after another, while
+/// the whole stays within `limit` bytes (0: none).
+fn merged_run(pick: usize, waiting: &[Extent], limit: u64) -> Vec<usize> {
+    let mut run = vec![pick];
+    let Extent {
+        mut start,
+        mut end,
+        read,
+    } = waiting[pick];
+    loop {
+        let next = waiting.iter().enumerate().find(|&(i, e)| {
+            e.read == read
+                && !run.contains(&i)
+                && (e.start == end || e.end == start)
+                && e.end.max(end) - e.start.min(start) <= limit
+        });
+        let Some((i, e)) = next else {
+            return run;
+        };
+        run.push(i);
+        start = start.min(e.start);
+        end = end.max(e.end);
     }
 }
 
@@ -277,11 +335,11 @@ fn elevator(head: u64, offsets: impl Iterator<Item = u64> + Clone) -> usize {
 
 fn worker(file: &File, clock: &DeviceClock, queue: &Mutex<Queue>) {
     loop {
-        let job = match queue.lock().unwrap_or_else(|e| e.into_inner()).next(clock) {
-            Some(job) => job,
+        let jobs = match queue.lock().unwrap_or_else(|e| e.into_inner()).next(clock) {
+            Some(jobs) => jobs,
             None => return,
         };
-        serve(file, clock, job);
+        serve(file, clock, jobs);
     }
 }
 
@@ -399,7 +457,46 @@ impl Drop for ModelMount {
 
 #[cfg(test)]
 mod tests {
-    use super::elevator;
+    use super::{elevator, merged_run, Extent};
+
+    fn read(start: u64, end: u64) -> Extent {
+        Extent {
+            start,
+            end,
+            read: true,
+        }
+    }
+
+    #[test]
+    fn requests_that_touch_the_one_picked_go_with_it() {
+        let w = [
+            read(100, 200),
+            read(0, 100),
+            read(300, 400),
+            read(200, 300),
+            read(500, 600),
+        ];
+        // Front and back merges, one after another: 0..400 in one request.
+        let mut run = merged_run(0, &w, 1 << 20);
+        run.sort();
+        assert_eq!(run, vec![0, 1, 2, 3]);
+        // Not past the limit: 100..300 fits, a third piece would not.
+        let mut run = merged_run(0, &w, 200);
+        run.sort();
+        assert_eq!(run.len(), 2, "{run:?}");
+        // No scheduler queue: alone.
+        assert_eq!(merged_run(0, &w, 0), vec![0]);
+        // A write next to a read stays apart.
+        let mixed = [
+            read(0, 100),
+            Extent {
+                start: 100,
+                end: 200,
+                read: false,
+            },
+        ];
+        assert_eq!(merged_run(0, &mixed, 1 << 20), vec![0]);
+    }
 
     #[test]
     fn a_disk_serves_the_nearest_request_ahead_then_sweeps_again() {

@@ -1,7 +1,7 @@
 //! Slow-storage profiles: a device model per kind of storage, and the clock
 //! that turns a request into the instant it completes.
 //!
-//! A model has four figures:
+//! A model has these figures:
 //! - `latency`: fixed cost of every request (command, flash read, network
 //!   round trip), paid before its data moves;
 //! - `bandwidth`: bytes per second the device moves, shared by all requests
@@ -15,7 +15,10 @@
 //!   (the gap at the media rate); one anywhere else pays for positioning,
 //!   a fixed part (the head settling, half a rotation) and a part that
 //!   grows with the square root of the distance (the arm accelerates,
-//!   then coasts).
+//!   then coasts);
+//! - `merge`, for a device the host keeps a scheduler queue for: requests
+//!   waiting for the device that touch one another are served as one, up
+//!   to this many bytes (mq-deadline's back and front merges).
 //!
 //! A request that gets a slot at `t` starts at `max(t, next IOPS token)`,
 //! moves its data from `max(start + latency, end of the previous transfer)`
@@ -70,6 +73,10 @@ impl Profile {
             // (pidramble.com/wiki/benchmarks/microsd-cards). 0.6 ms + 4 KiB
             // at 40 MB/s = 0.7 ms per request = ~1400 IOPS at queue depth 1.
             // Without command queueing the card serves one request at a time.
+            // The host keeps the rest in its scheduler (mq-deadline, as for
+            // any single-queue device), which merges the ones that touch
+            // into one multi-block read of at most 512 KiB (sdhci's
+            // max_req_size, the SDMA boundary).
             Profile::Sd => DeviceModel {
                 latency: Duration::from_micros(600),
                 bandwidth: 40_000_000,
@@ -77,6 +84,7 @@ impl Profile {
                 iops: None,
                 io_unit: 0,
                 seek: None,
+                merge: 512 * 1024,
             },
             // AWS EBS gp3 at its baseline (the default volume type): 3000
             // IOPS and 125 MiB/s whatever the size (EC2 API reference,
@@ -85,7 +93,8 @@ impl Profile {
             // EBS counts SSD-volume I/O in units of up to 256 KiB. A guest
             // keeps up to 32 requests in flight on such a volume (NVMe/virtio
             // queue; the AWS guidance for gp3 is a queue length of ~4 per
-            // 1000 IOPS, far below 32 at 3000 IOPS).
+            // 1000 IOPS, far below 32 at 3000 IOPS). NVMe queues have no
+            // scheduler (`none`), so nothing waits to be merged.
             Profile::Cloud => DeviceModel {
                 latency: Duration::from_micros(1000),
                 bandwidth: 125 * 1024 * 1024,
@@ -93,12 +102,15 @@ impl Profile {
                 iops: Some(3000),
                 io_unit: 256 * 1024,
                 seek: None,
+                merge: 0,
             },
             // Samsung 870 EVO, a mainstream TLC SATA SSD: 560 MB/s sequential
             // read and 98,000 random read IOPS at QD32 (vendor spec, quoted
             // in cdrlabs.com's review); 4 KiB random reads at QD1 measure
             // 39-47 MB/s in CrystalDiskMark (PCWorld, March 2021), i.e.
-            // ~90 us each. SATA NCQ holds 32 commands.
+            // ~90 us each. SATA NCQ holds 32 commands; beyond them requests
+            // wait in mq-deadline and merge, up to the block layer's default
+            // 1280 KiB per request.
             Profile::SataSsd => DeviceModel {
                 latency: Duration::from_micros(80),
                 bandwidth: 560_000_000,
@@ -106,6 +118,7 @@ impl Profile {
                 iops: Some(98_000),
                 io_unit: 0,
                 seek: None,
+                merge: 1280 * 1024,
             },
             // A 7200 rpm desktop disk (Seagate BarraCuda, WD Blue): 8.5 ms
             // average seek, 4.16 ms average rotational latency (half a
@@ -115,7 +128,8 @@ impl Profile {
             // image, so random 4 KiB reads over it take about 13 ms, the
             // figure such disks measure at queue depth 1 (75-80 IOPS).
             // Command queueing (NCQ) is not modelled: one request at a
-            // time, in the order they come.
+            // time, the rest kept, sorted and merged (up to 1280 KiB) by the
+            // host's mq-deadline.
             Profile::Hdd => DeviceModel {
                 latency: Duration::from_micros(100),
                 bandwidth: 160_000_000,
@@ -128,6 +142,7 @@ impl Profile {
                     // One turn (8.33 ms) at 160 MB/s.
                     track: 1_333_000,
                 }),
+                merge: 1280 * 1024,
             },
         }
     }
@@ -167,6 +182,10 @@ pub struct DeviceModel {
     /// Positioning, for a disk with a head; `None`: any order costs the same.
     #[serde(default)]
     pub seek: Option<Seek>,
+    /// Largest request the host's scheduler makes by merging requests that
+    /// wait for the device and touch one another; 0: no scheduler queue.
+    #[serde(default)]
+    pub merge: u64,
 }
 
 /// The positioning cost of a disk with a head; see the module documentation.
@@ -217,6 +236,9 @@ impl fmt::Display for DeviceModel {
                 seek.min.as_secs_f64() * 1e3,
                 (seek.min + seek.full_stroke).as_secs_f64() * 1e3
             )?;
+        }
+        if self.merge > 0 {
+            write!(f, ", merges up to {} KiB", self.merge >> 10)?;
         }
         Ok(())
     }
@@ -307,6 +329,7 @@ mod tests {
             iops,
             io_unit: 0,
             seek: None,
+            merge: 0,
         }
     }
 
@@ -407,6 +430,14 @@ mod tests {
         assert!(Profile::Sd.model().bandwidth < Profile::Cloud.model().bandwidth);
         assert!(Profile::Cloud.model().bandwidth < Profile::SataSsd.model().bandwidth);
         assert_eq!(Profile::Sd.model().queue_depth, 1);
+        // The host merges what waits for a card or a SATA disk; an NVMe
+        // queue has no scheduler.
+        assert!(Profile::Sd.model().merge > 0 && Profile::Hdd.model().merge > 0);
+        assert_eq!(Profile::Cloud.model().merge, 0);
+        assert!(Profile::Sd
+            .model()
+            .to_string()
+            .ends_with("merges up to 512 KiB"));
         // Only the hard disk seeks, and a random 4 KiB read over it costs
         // about what such disks measure (75-80 IOPS at queue depth 1).
         assert!(Profile::ALL
