@@ -11,9 +11,10 @@
 //! they would at a device: in the order they came, or for a disk with a
 //! head, in the order the host's I/O scheduler would send them, and where
 //! the host's scheduler would merge the waiting requests that touch, as
-//! one (the loop device has no scheduler of its own to keep a queue). The kernel is asked for asynchronous direct I/O
-//! (FUSE_ASYNC_DIO) and a background limit above every profile's queue
-//! depth, so it really keeps that many requests in flight.
+//! one (the loop device has no scheduler of its own to keep a queue).
+//! The kernel is asked for asynchronous direct I/O (FUSE_ASYNC_DIO) and a
+//! background limit above every profile's queue depth, so it really keeps
+//! that many requests in flight.
 
 use std::ffi::OsStr;
 use std::fs::File;
@@ -480,7 +481,7 @@ mod tests {
         let mut run = merged_run(0, &w, 1 << 20);
         run.sort();
         assert_eq!(run, vec![0, 1, 2, 3]);
-        // Not past the limit: 100..300 fits, a third piece would not.
+        // Not past the limit: two pieces fit in 200 bytes, a third would not.
         let mut run = merged_run(0, &w, 200);
         run.sort();
         assert_eq!(run.len(), 2, "{run:?}");
