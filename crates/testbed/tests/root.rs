@@ -307,17 +307,11 @@ fn concurrent_direct_reads(device: &Path, n: u64) -> Duration {
         .map(|i| {
             let (dev, start) = (dev.clone(), start.clone());
             std::thread::spawn(move || {
-                let layout = std::alloc::Layout::from_size_align(4096, 4096).unwrap();
-                // SAFETY: the layout has a non-zero size; the buffer is
-                // freed below with the same layout.
-                let ptr = unsafe { std::alloc::alloc(layout) };
-                assert!(!ptr.is_null());
-                // SAFETY: `ptr` points to 4096 bytes owned by this thread.
-                let buf = unsafe { std::slice::from_raw_parts_mut(ptr, 4096) };
+                // Direct I/O wants an aligned buffer.
+                let mut raw = vec![0u8; 2 * 4096];
+                let at = raw.as_ptr().align_offset(4096);
                 start.wait();
-                let read = dev.read_at(buf, i * 4096);
-                // SAFETY: allocated above with `layout`, not used after.
-                unsafe { std::alloc::dealloc(ptr, layout) };
+                let read = dev.read_at(&mut raw[at..at + 4096], i * 4096);
                 assert_eq!(read.unwrap(), 4096);
             })
         })
