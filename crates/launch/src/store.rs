@@ -194,12 +194,6 @@ impl Store {
         self.dir(name).join(file)
     }
 
-    /// The trace of an audited launch that used pages its plan lacked,
-    /// compiled into the plan with the learned traces.
-    pub fn amend_trace_path(&self, name: &str) -> PathBuf {
-        self.dir(name).join("amend-trace")
-    }
-
     pub fn load(&self, name: &str) -> Result<Option<Profile>, Error> {
         let p = self.dir(name).join("profile.json");
         let mut prof: Profile = match std::fs::read(&p) {

@@ -210,8 +210,13 @@ fn record_launch(
     let mut report = LaunchReport::new(&f.name, prof.phase);
     let mut first_request = None;
     match f.outcome {
-        // A new plan's first launch is audited (`add_trace` says so).
-        Outcome::Learning => add_trace(&trace, store, &mut prof, cfg, &mut report)?,
+        Outcome::Learning => {
+            add_trace(&trace, store, &mut prof, cfg, &mut report)?;
+            // A new plan's first launch is audited.
+            if prof.phase == Phase::Prefetching {
+                prof.audit_next = true;
+            }
+        }
         Outcome::Prefetched {
             plan,
             report: rep,
@@ -223,6 +228,9 @@ fn record_launch(
             if relearn {
                 report.replay = rep.map(|r| *r);
                 add_trace(&trace, store, &mut prof, cfg, &mut report)?;
+                if prof.phase == Phase::Prefetching {
+                    prof.audit_next = true;
+                }
             } else if audited {
                 let _ =
                     store::write_atomic(&store.dir(&f.name).join("last-audit"), &trace.to_bytes());

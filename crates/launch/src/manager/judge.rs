@@ -102,77 +102,26 @@ pub(crate) fn judge(
                 eprintln!("warmstart: could not keep the audit trace: {e}");
             }
         }
-    } else if prof.phase == Phase::Prefetching {
-        // A launch the replay speeds up can use pages that the slower
-        // recorded launches only read ahead: a JVM's compiler threads get
-        // further through its class archive (javac on the `sd` model: 768
-        // KiB more, waited for 0.3-0.5 s behind the replay). The audit
-        // that saw it amends the plan.
-        let amend = audit.filter(|_| report.uncovered_bytes.is_some_and(|b| b > 0));
+    } else if prof.phase == Phase::Prefetching
+        && (predates_used_only(plan, cfg) || wants_physical_order(plan, store, cfg))
+    {
         // A plan from a warmstart before the used-only pass still reads
         // what the kernel read ahead and no launch used, and one compiled
         // before its device was found to seek is in first-use order:
-        // compiled again too.
-        if amend.is_some()
-            || predates_used_only(plan, cfg)
-            || wants_physical_order(plan, store, cfg)
-        {
-            recompile(store, prof, cfg, report, amend);
-        }
-    }
-}
-
-/// Compiles the profile's plan again, after this launch, from its learned
-/// traces and the amending audit's: `amend`, which replaces the one kept,
-/// or the one kept. Only from all the learned traces: with one unreadable
-/// (or none, for a plan imported from elsewhere) the plan stays as it is.
-/// Traces of format 1.0 mark no page unused; their plan is the same.
-fn recompile(
-    store: &Store,
-    prof: &mut Profile,
-    cfg: &Config,
-    report: &mut LaunchReport,
-    amend: Option<Trace>,
-) {
-    let learned: Option<Vec<Trace>> = read_traces(store, prof)
-        .into_iter()
-        .map(|(_, t)| t.ok())
-        .collect();
-    let Some(mut traces) = learned.filter(|t| !t.is_empty()) else {
-        return;
-    };
-    let n = traces.len();
-    let amended = amend.is_some();
-    let path = store.amend_trace_path(&prof.name);
-    match amend {
-        Some(t) => {
-            if let Err(e) = store::write_atomic(&path, &t.to_bytes()) {
-                eprintln!("warmstart: could not keep the audit trace: {e}");
-                return;
-            }
-            traces.push(t);
-        }
-        None => {
-            if let Some(t) = std::fs::read(&path)
-                .ok()
-                .and_then(|b| Trace::from_bytes(&b).ok())
-            {
-                traces.push(t);
+        // compiled again from the profile's traces, after this launch.
+        // Only from all of them: with one unreadable the plan stays as it
+        // is (and this is tried again after the next launch, for the cost
+        // of reading them). Traces of format 1.0 mark no page unused;
+        // their plan is the same.
+        let traces: Option<Vec<Trace>> = read_traces(store, prof)
+            .into_iter()
+            .map(|(_, t)| t.ok())
+            .collect();
+        if let Some(traces) = traces.filter(|t| !t.is_empty()) {
+            if let Err(e) = compile_profile(&traces, store, prof, cfg, report) {
+                eprintln!("warmstart: could not compile the plan again: {e}");
             }
         }
-    }
-    if let Err(e) = compile_profile(&traces, n, store, prof, cfg, report) {
-        eprintln!("warmstart: could not compile the plan again: {e}");
-        return;
-    }
-    if amended && prof.phase == Phase::Prefetching {
-        let lacked = report.uncovered_bytes.unwrap_or(0);
-        prof.note = Some(format!(
-            "{}; amended by an audited launch that read {} KiB the plan lacked",
-            prof.note.as_deref().unwrap_or("plan compiled again"),
-            lacked / 1024
-        ));
-        report.compiled = prof.note.clone();
     }
 }
 
@@ -346,117 +295,5 @@ mod tests {
             stats: TraceStats::default(),
         };
         assert_eq!(uncovered_bytes(&plan, &audit), 4096 + 8192);
-    }
-
-    /// A launch of `/a`: `(first page, count, from storage)` used, and
-    /// pages read from storage that it never used, in pages.
-    fn launch_of_a(used: &[(u64, u64, bool)], ahead: &[(u64, u64)]) -> Trace {
-        use warmstart_plan::trace::*;
-        let page = |first: u64, n: u64, t_ns, from_storage| Extent {
-            offset: first * PAGE_SIZE,
-            len: n * PAGE_SIZE,
-            t_ns,
-            from_storage,
-        };
-        let mut extents: Vec<Extent> = used
-            .iter()
-            .map(|&(first, n, stored)| page(first, n, first * 1000, stored))
-            .collect();
-        extents.extend(
-            ahead
-                .iter()
-                .map(|&(first, n)| page(first, n, NEVER_USED + first, true)),
-        );
-        Trace {
-            meta: TraceMeta {
-                command: vec!["p".into()],
-                cwd: "/".into(),
-                backend: Backend::Bpf,
-                cache: CacheState::AsFound,
-                end: EndReason::Exited,
-                exit_code: Some(0),
-                started_unix_ms: 0,
-                hostname: String::new(),
-            },
-            files: vec![FileTrace {
-                path: Some("/a".into()),
-                id: FileId {
-                    dev: 1,
-                    ino: 1,
-                    size: 4096 * PAGE_SIZE,
-                    mtime_ns: 0,
-                    ctime_ns: 0,
-                },
-                extents,
-            }],
-            metadata: vec![],
-            namespace_ops: vec![],
-            stats: TraceStats::default(),
-        }
-    }
-
-    #[test]
-    fn an_audit_amends_the_plan_with_pages_the_learned_launches_only_read_ahead() {
-        use crate::manager::learning::load_plan;
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
-        let cfg = Config::default();
-        let mut prof = Profile::new("p", &["p".into()]);
-        // Two cold launches use pages 0..512 and read 512..576 ahead.
-        let cold = launch_of_a(&[(0, 512, true)], &[(512, 64)]);
-        for _ in 0..2 {
-            let mut report = LaunchReport::new("p", prof.phase);
-            add_trace(&cold, &store, &mut prof, &cfg, &mut report).unwrap();
-        }
-        assert_eq!(prof.phase, Phase::Prefetching);
-        assert!(prof.audit_next, "a new plan's first launch is audited");
-        let plan = load_plan(&store, "p").unwrap();
-        assert_eq!(plan.data_bytes(), 512 * 4096);
-
-        // The audited launch, prefetched, also used 512..544 and page 1000,
-        // which it read itself.
-        let audit = launch_of_a(&[(0, 512, false), (512, 32, true), (1000, 1, true)], &[]);
-        let mut report = LaunchReport::new("p", Phase::Prefetching);
-        judge(
-            &mut prof,
-            &store,
-            &plan,
-            Some(audit),
-            None,
-            &cfg,
-            &mut report,
-        );
-        assert_eq!(report.uncovered_bytes, Some(33 * 4096));
-        assert_eq!(prof.phase, Phase::Prefetching, "under R_miss: kept");
-        assert!(!prof.audit_next);
-        let note = report.compiled.clone().expect("compiled again");
-        assert!(
-            note.contains("amended by an audited launch that read 132 KiB"),
-            "{note}"
-        );
-        assert!(store.amend_trace_path("p").exists());
-        // The pages a learned launch read too; page 1000, which only the
-        // audited launch read, is left out.
-        let amended = load_plan(&store, "p").unwrap();
-        assert_eq!(amended.data_bytes(), 544 * 4096);
-
-        // An audit that finds nothing new leaves the plan as it is.
-        let audit = launch_of_a(&[(0, 544, false)], &[]);
-        let mut report = LaunchReport::new("p", Phase::Prefetching);
-        judge(
-            &mut prof,
-            &store,
-            &amended,
-            Some(audit),
-            None,
-            &cfg,
-            &mut report,
-        );
-        assert_eq!(report.uncovered_bytes, Some(0));
-        assert!(report.compiled.is_none());
-
-        // Learning again drops the amendment with the learned traces.
-        relearn(&mut prof, &store, "test".into(), false, &mut report);
-        assert!(!store.amend_trace_path("p").exists());
     }
 }

@@ -51,7 +51,6 @@ pub(crate) fn relearn(
     for t in prof.traces.drain(..) {
         let _ = std::fs::remove_file(store.trace_path(&prof.name, &t));
     }
-    let _ = std::fs::remove_file(store.amend_trace_path(&prof.name));
     let _ = std::fs::remove_file(store.warm_check_path(&prof.name));
     let (plan, previous) = (
         store.plan_path(&prof.name),
@@ -131,14 +130,7 @@ pub(crate) fn add_trace(
     }
     // No longer listed: the profile's traces are the ones it can read.
     prof.traces.retain(|t| !unreadable.contains(t));
-    let learned = traces.len();
-    compile_profile(&traces, learned, store, prof, cfg, report)?;
-    // A new plan's first launch is audited: launches it speeds up can use
-    // pages the recorded ones only read ahead (see `judge`).
-    if prof.phase == Phase::Prefetching {
-        prof.audit_next = true;
-    }
-    Ok(())
+    compile_profile(&traces, store, prof, cfg, report)
 }
 
 /// The profile's traces, each with its path; `None` where one cannot be
@@ -157,25 +149,15 @@ pub(super) fn read_traces(store: &Store, prof: &Profile) -> Vec<(PathBuf, Result
 }
 
 /// Compiles `traces` into the profile's plan (or finds the launch not
-/// worth one). The first `learned` are the learned launches; one more is
-/// an audited launch amending them, and a page is then kept if it is in
-/// as many traces as the learned launches alone would need.
+/// worth one).
 pub(super) fn compile_profile(
     traces: &[Trace],
-    learned: usize,
     store: &Store,
     prof: &mut Profile,
     cfg: &Config,
     report: &mut LaunchReport,
 ) -> Result<(), Error> {
-    let opts = CompileOptions {
-        min_traces: cfg
-            .compile
-            .min_traces
-            .or((traces.len() > learned).then_some(learned as u32)),
-        ..cfg.compile.clone()
-    };
-    let mut compiled = match compile_traces(traces, &opts) {
+    let mut compiled = match compile_traces(traces, &cfg.compile) {
         Ok(c) => c,
         Err(e) => {
             prof.note = Some(format!("compile failed: {e}"));
@@ -193,7 +175,7 @@ pub(super) fn compile_profile(
     {
         let opts = CompileOptions {
             sorted: true,
-            ..opts.clone()
+            ..cfg.compile.clone()
         };
         if let Ok(c) = compile_traces(traces, &opts) {
             compiled = c;
