@@ -17,6 +17,7 @@ use crate::launch;
 use crate::runner::Learned;
 use crate::scenario::Scenario;
 use crate::wrapped::Wrapped;
+use crate::Target;
 
 impl RealExecutor {
     /// Learns the launch: what [`crate::runner::Executor::learn`] does.
@@ -184,8 +185,10 @@ impl RealExecutor {
             self.warm = true;
             if self.wrapped()?.run_prefetching() {
                 self.run_learned = true;
+                self.first_prefetched(&t, Scenario::Run)?;
                 return Ok(format!(
-                    "run: `warmstart run` had a plan after {} learning launches",
+                    "run: `warmstart run` had a plan after {} learning launches \
+                     (its first prefetched launch not timed)",
                     i + 1
                 ));
             }
@@ -217,10 +220,15 @@ impl RealExecutor {
                 .context("learning with warmstart daemon")?;
             if w.daemon_prefetching() {
                 let note = format!(
-                    "daemon: `warmstart daemon` had a plan after {} learning launches (allow = {})",
+                    "daemon: `warmstart daemon` had a plan after {} learning launches \
+                     (allow = {}; its first prefetched launch, audited, not timed)",
                     i + 1,
                     w.policy_key.as_deref().unwrap_or("?")
                 );
+                self.first_prefetched(&t, Scenario::Daemon)?;
+                self.wrapped()?
+                    .wait_daemon_done(&mut d)
+                    .context("the daemon's first prefetched launch")?;
                 d.stop()?;
                 self.daemon_learned = true;
                 return Ok(note);
@@ -231,6 +239,19 @@ impl RealExecutor {
             "warmstart daemon had no plan for {} after 4 launches; its stderr:\n{tail}",
             self.target.name
         )
+    }
+
+    /// A new plan's first launch, which the daemon records in full to
+    /// judge the plan (an exact audit): cold, as a user's would be, and
+    /// untimed, so that the rounds time the launches that follow it.
+    fn first_prefetched(&mut self, t: &Target, s: Scenario) -> Result<()> {
+        if let Some(p) = &self.target.prepare {
+            launch::shell(p, self.target.cwd.as_deref(), "prepare")?;
+        }
+        self.evict()?;
+        let l = launch::launch(t, Instant::now())
+            .with_context(|| format!("the first prefetched launch of {s}"))?;
+        self.check(s, &l)
     }
 
     /// Adds a trace's files and devices to the launch's set.
