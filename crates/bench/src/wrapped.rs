@@ -188,6 +188,18 @@ impl Wrapped {
             .any(|p| p["phase"] == "prefetching")
     }
 
+    /// Launches counted by the profiles of the wrapper's and of the
+    /// daemon's state directories.
+    pub fn launches(&self) -> (u64, u64) {
+        let count = |state: &Path| -> u64 {
+            profiles(state)
+                .iter()
+                .filter_map(|p| p["launches"].as_u64())
+                .sum()
+        };
+        (count(&self.run_state()), count(&self.daemon_state()))
+    }
+
     /// Writes the daemon's config for `t` (once) and returns its path.
     fn config(&mut self, t: &Target) -> Result<PathBuf> {
         let path = self.dir.path().join("config.toml");

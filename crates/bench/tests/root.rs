@@ -204,6 +204,18 @@ fn root_every_scenario_runs_on_a_real_command() {
             assert!(r.prefetched_bytes.unwrap() > 0, "{r:?}");
         }
     }
+    if bin {
+        // Learned in two launches, then the new plan's first launch (which
+        // the daemon audits), untimed, then the two timed rounds.
+        let (run, daemon) = exec.wrapped_state().unwrap().launches();
+        assert_eq!((run, daemon), (5, 5), "{:?}", learned.notes);
+        assert!(
+            learned.notes.iter().any(|n| n.starts_with("run:")
+                && n.contains("learning launches (its first prefetched launch not timed)")),
+            "{:?}",
+            learned.notes
+        );
+    }
 }
 
 #[test]

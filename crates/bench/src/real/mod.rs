@@ -157,6 +157,11 @@ impl RealExecutor {
         &self.target
     }
 
+    /// The state of the `run` and `daemon` scenarios, once either ran.
+    pub fn wrapped_state(&self) -> Option<&Wrapped> {
+        self.wrapped.as_ref()
+    }
+
     /// Makes the launch cold.
     pub fn evict(&mut self) -> Result<()> {
         self.warm = false;
