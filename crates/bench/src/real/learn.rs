@@ -174,18 +174,13 @@ impl RealExecutor {
         let target = self.target.clone();
         let t = self.wrapped()?.run_target(&target);
         for i in 0..4 {
-            if let Some(p) = &self.target.prepare {
-                launch::shell(p, self.target.cwd.as_deref(), "prepare")?;
-            }
-            if i == 0 {
-                self.evict()?;
-            }
-            let l = launch::launch(&t, Instant::now()).context("learning through warmstart run")?;
-            self.check(Scenario::Run, &l)?;
-            self.warm = true;
+            self.untimed(&t, Scenario::Run, i == 0)
+                .context("learning through warmstart run")?;
             if self.wrapped()?.run_prefetching() {
                 self.run_learned = true;
-                self.first_prefetched(&t, Scenario::Run)?;
+                // The new plan's first launch, cold as a user's would be.
+                self.untimed(&t, Scenario::Run, true)
+                    .context("the first prefetched launch through warmstart run")?;
                 return Ok(format!(
                     "run: `warmstart run` had a plan after {} learning launches \
                      (its first prefetched launch not timed)",
@@ -206,15 +201,7 @@ impl RealExecutor {
         let t = self.target.clone();
         let mut d = self.wrapped()?.start_daemon(&t)?;
         for i in 0..4 {
-            if let Some(p) = &self.target.prepare {
-                launch::shell(p, self.target.cwd.as_deref(), "prepare")?;
-            }
-            if i == 0 {
-                self.evict()?;
-            }
-            let l = launch::launch(&t, Instant::now())?;
-            self.check(Scenario::Daemon, &l)?;
-            self.warm = true;
+            self.untimed(&t, Scenario::Daemon, i == 0)?;
             let w = self.wrapped()?;
             w.wait_daemon_done(&mut d)
                 .context("learning with warmstart daemon")?;
@@ -225,7 +212,9 @@ impl RealExecutor {
                     i + 1,
                     w.policy_key.as_deref().unwrap_or("?")
                 );
-                self.first_prefetched(&t, Scenario::Daemon)?;
+                // The new plan's first launch, which the daemon records in
+                // full to judge the plan (an exact audit): cold.
+                self.untimed(&t, Scenario::Daemon, true)?;
                 self.wrapped()?
                     .wait_daemon_done(&mut d)
                     .context("the daemon's first prefetched launch")?;
@@ -241,17 +230,20 @@ impl RealExecutor {
         )
     }
 
-    /// A new plan's first launch, which the daemon records in full to
-    /// judge the plan (an exact audit): cold, as a user's would be, and
-    /// untimed, so that the rounds time the launches that follow it.
-    fn first_prefetched(&mut self, t: &Target, s: Scenario) -> Result<()> {
+    /// One untimed launch of `t` for scenario `s` (after its prepare
+    /// command; `cold`: with the cache dropped first), which leaves the
+    /// cache warm.
+    fn untimed(&mut self, t: &Target, s: Scenario, cold: bool) -> Result<()> {
         if let Some(p) = &self.target.prepare {
             launch::shell(p, self.target.cwd.as_deref(), "prepare")?;
         }
-        self.evict()?;
-        let l = launch::launch(t, Instant::now())
-            .with_context(|| format!("the first prefetched launch of {s}"))?;
-        self.check(s, &l)
+        if cold {
+            self.evict()?;
+        }
+        let l = launch::launch(t, Instant::now())?;
+        self.check(s, &l)?;
+        self.warm = true;
+        Ok(())
     }
 
     /// Adds a trace's files and devices to the launch's set.
