@@ -8,11 +8,12 @@ CARGO ?= cargo
 # machine booted with systemd, Debian's package also enables its own
 # service on :5000: `systemctl disable --now docker-registry` if unwanted);
 # strace for the kill-at-every-write test; fuse3, fio and btrfs-progs for
-# the storage testbed; preload for `warmstart bench usage` (which runs it
-# itself: on a machine booted with systemd, `systemctl disable --now preload`,
-# or it prefetches behind every other benchmark).
+# the storage testbed; xvfb for the bench's window-readiness tests; preload
+# for `warmstart bench usage` (which runs it itself: on a machine booted
+# with systemd, `systemctl disable --now preload`, or it prefetches behind
+# every other benchmark).
 DEB_PACKAGES := clang llvm libelf-dev zlib1g-dev pkg-config make e2fsprogs xfsprogs util-linux python3 \
-	docker-registry lintian dpkg-dev systemd strace fuse3 fio btrfs-progs preload
+	docker-registry lintian dpkg-dev systemd strace fuse3 fio btrfs-progs xvfb preload
 # The binary users run is linked statically (glibc included): `warmstart
 # run` starts before every launch it wraps, and dynamic loading and
 # relocation were half its cost on a warm launch (warm `run` overhead

@@ -10,6 +10,7 @@
 use std::fmt;
 use std::io::{BufRead, BufReader, Read};
 use std::net::{TcpStream, ToSocketAddrs};
+use std::os::fd::AsFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -23,6 +24,7 @@ use anyhow::{bail, Context, Result};
 use regex_lite::Regex;
 
 use crate::os;
+use crate::window::WindowWatch;
 
 /// When a launch is complete.
 #[derive(Debug, Clone)]
@@ -35,7 +37,8 @@ pub enum Ready {
     File(PathBuf),
     /// A TCP connection to HOST:PORT succeeds.
     Port(String),
-    /// A visible X11 window whose name matches (polled with xdotool).
+    /// A visible X11 window whose name matches, from the X server's events
+    /// ([`WindowWatch`]).
     Window(String),
     /// The launch's process group did no reads (from storage or from the
     /// cache) for this long: complete at its last read. FAST's and
@@ -90,8 +93,8 @@ impl fmt::Display for Ready {
 }
 
 impl Ready {
-    /// Polls a probe that needs no pipe: file, port, window. `None` for
-    /// exit and output, which are observed otherwise.
+    /// Polls a probe that needs no pipe: file, port. `None` for exit,
+    /// output, a window and idleness, which are observed otherwise.
     pub fn poll(&self) -> Option<bool> {
         match self {
             Ready::File(p) => Some(p.exists()),
@@ -103,23 +106,13 @@ impl Ready {
                         TcpStream::connect_timeout(&sa, Duration::from_millis(50)).is_ok()
                     }),
             ),
-            Ready::Window(name) => Some(
-                Command::new("xdotool")
-                    .args(["search", "--onlyvisible", "--name", name])
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .status()
-                    .is_ok_and(|s| s.success()),
-            ),
-            Ready::Exit | Ready::Output(_) | Ready::Idle(_) => None,
+            Ready::Exit | Ready::Output(_) | Ready::Window(_) | Ready::Idle(_) => None,
         }
     }
 
-    /// How often to poll: spawning xdotool costs a few milliseconds of the
-    /// CPU the launch is using, so it is polled less often.
+    /// How often to poll (a window is waited for, not polled).
     pub fn interval(&self) -> Duration {
         match self {
-            Ready::Window(_) => Duration::from_millis(20),
             Ready::Idle(_) => Duration::from_millis(5),
             Ready::Port(_) | Ready::File(_) => Duration::from_millis(2),
             _ => Duration::from_micros(500),
@@ -146,6 +139,24 @@ pub struct Target {
     pub prepare: Option<String>,
     pub cleanup: Option<String>,
     pub timeout: Duration,
+}
+
+impl Target {
+    /// A watch for the launch's window, on the display it is given
+    /// (`DISPLAY` in its environment, else ours); `None` unless its
+    /// launch is complete at a window.
+    pub fn window_watch(&self) -> Result<Option<WindowWatch>> {
+        let Ready::Window(name) = &self.ready else {
+            return Ok(None);
+        };
+        let display = self
+            .env
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "DISPLAY")
+            .map(|(_, v)| v.as_str());
+        WindowWatch::start(display, name).map(Some)
+    }
 }
 
 /// One finished launch.
@@ -199,6 +210,8 @@ pub fn shell(cmd: &str, cwd: Option<&Path>, what: &str) -> Result<()> {
 /// any prefetch that holds the application) to completion.
 pub fn launch(t: &Target, t0: Instant) -> Result<Launched> {
     t.ready.reset();
+    // Watching before the spawn: no window is mapped unseen.
+    let mut watch = t.window_watch()?;
     let piped = matches!(t.ready, Ready::Output(_));
     let mut c = Command::new(&t.argv[0]);
     c.args(&t.argv[1..])
@@ -245,7 +258,15 @@ pub fn launch(t: &Target, t0: Instant) -> Result<Launched> {
         }
     }
     let deadline = t0 + t.timeout;
-    let result = wait_ready(t, &mut child, &matched, &readers, deadline, t0);
+    let result = wait_ready(
+        t,
+        &mut child,
+        &matched,
+        &readers,
+        watch.as_mut(),
+        deadline,
+        t0,
+    );
     stop(&mut child, pgid);
     for r in readers {
         let _ = r.join();
@@ -258,11 +279,14 @@ fn wait_ready(
     child: &mut Child,
     matched: &AtomicBool,
     readers: &[thread::JoinHandle<()>],
+    mut watch: Option<&mut WindowWatch>,
     deadline: Instant,
     t0: Instant,
 ) -> Result<Launched> {
     let interval = t.ready.interval();
     let pgid = child.id();
+    // A window is waited for on the X connection and the launch's exit.
+    let pidfd = watch.as_ref().and_then(|_| os::pidfd_open(pgid).ok());
     // A launch complete at its exit is waited for without waking up in
     // between: polling every 500 µs took 10% from a CPU-bound launch on
     // two vCPUs (javac on the `sd` model: 1.93 s against 1.77 s).
@@ -275,6 +299,10 @@ fn wait_ready(
     loop {
         let ready = match &t.ready {
             Ready::Output(_) => matched.load(Ordering::Relaxed),
+            Ready::Window(_) => match watch.as_deref_mut() {
+                Some(w) => w.ready()?,
+                None => false,
+            },
             Ready::Idle(idle) => {
                 let now = group_reads(pgid);
                 if now != io.0 {
@@ -316,7 +344,11 @@ fn wait_ready(
             {
                 thread::sleep(Duration::from_millis(5));
             }
-            if matched.load(Ordering::Relaxed) || t.ready.poll() == Some(true) {
+            let window_up = match watch.as_deref_mut() {
+                Some(w) => w.ready()?,
+                None => false,
+            };
+            if matched.load(Ordering::Relaxed) || window_up || t.ready.poll() == Some(true) {
                 return Ok(Launched {
                     time,
                     exit_code: code,
@@ -337,7 +369,10 @@ fn wait_ready(
                 t.timeout.as_secs_f64()
             );
         }
-        thread::sleep(interval);
+        match (&watch, &pidfd) {
+            (Some(w), fd) => w.wait(fd.as_ref().map(|f| f.as_fd()), deadline),
+            _ => thread::sleep(interval),
+        }
     }
 }
 
@@ -433,7 +468,6 @@ mod tests {
     /// gets to finish once the rest of its group is killed.
     #[test]
     fn stop_lets_the_leader_finish_after_its_group() {
-        use std::os::unix::process::CommandExt;
         let d = tempfile::tempdir().unwrap();
         let saved = d.path().join("saved");
         let script = format!("trap '' TERM; sleep 60; echo x > {}", saved.display());

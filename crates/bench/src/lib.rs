@@ -31,6 +31,7 @@ pub mod suite;
 pub mod testbed;
 pub mod timeline;
 pub mod usage;
+pub mod window;
 pub mod wrapped;
 
 use std::io::IsTerminal;
@@ -366,9 +367,6 @@ pub fn run(args: BenchArgs, quiet: bool) -> Result<i32> {
         let xvfb = if x11.get(i).copied().unwrap_or(false) {
             match suite::Xvfb::start() {
                 Ok(x) => {
-                    // The window probe (xdotool) runs in our environment.
-                    // No thread of ours is running at this point.
-                    std::env::set_var("DISPLAY", &x.display);
                     t.env.push(("DISPLAY".into(), x.display.clone()));
                     Some(x)
                 }
@@ -487,7 +485,7 @@ pub(crate) fn install_packages(
 ) -> Result<()> {
     let mut pkgs: Vec<String> = programs.iter().flat_map(|p| p.packages.clone()).collect();
     if programs.iter().any(|p| p.x11) {
-        pkgs.extend(["xvfb".to_string(), "xdotool".to_string()]);
+        pkgs.push("xvfb".to_string());
     }
     pkgs.sort();
     pkgs.dedup();

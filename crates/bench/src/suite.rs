@@ -156,9 +156,9 @@ impl Xvfb {
         let display = format!(":{n}");
         let child = Command::new("Xvfb")
             // -noreset: by default the server resets whenever its last
-            // client leaves, and the window probe (one short-lived xdotool
-            // client every 20 ms) makes that happen constantly; a program
-            // connecting during a reset fails with "cannot open display".
+            // client leaves, as the window watch and the program do after
+            // every launch; a program connecting during a reset fails with
+            // "cannot open display".
             .args([
                 &display,
                 "-screen",

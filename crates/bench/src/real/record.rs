@@ -2,6 +2,7 @@
 //! working directory and environment, until it is ready.
 
 use std::io::{BufRead, BufReader};
+use std::os::fd::AsFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -63,6 +64,8 @@ impl RealExecutor {
                 }
             }));
         }
+        // Watching before the fork: no window is mapped unseen.
+        let mut watch = self.target.window_watch()?;
         let mut probe = None;
         let _dir = CwdGuard::enter(self.target.cwd.as_deref())?;
         let _env = EnvGuard::set(&self.target.env);
@@ -78,6 +81,7 @@ impl RealExecutor {
                 let out = Arc::clone(&result);
                 let matched = Arc::clone(&matched);
                 let pidfd = os::pidfd_open(pid).ok();
+                let mut watch = watch.take();
                 probe = Some(thread::spawn(move || {
                     let deadline = t0 + timeout;
                     let ok = match (&ready, &pidfd) {
@@ -85,6 +89,9 @@ impl RealExecutor {
                         _ => loop {
                             let up = match &ready {
                                 Ready::Output(_) => matched.load(Ordering::Relaxed),
+                                Ready::Window(_) => {
+                                    watch.as_mut().is_some_and(|w| w.ready().unwrap_or(false))
+                                }
                                 r => r.poll() == Some(true),
                             };
                             if up {
@@ -103,7 +110,10 @@ impl RealExecutor {
                             if Instant::now() >= deadline {
                                 break false;
                             }
-                            thread::sleep(ready.interval());
+                            match &watch {
+                                Some(w) => w.wait(pidfd.as_ref().map(|f| f.as_fd()), deadline),
+                                None => thread::sleep(ready.interval()),
+                            }
                         },
                     };
                     *out.lock().unwrap_or_else(|e| e.into_inner()) = Some((t0.elapsed(), ok));

@@ -282,9 +282,6 @@ pub fn run(args: UsageArgs, quiet: bool) -> Result<i32> {
         .collect();
     let _xvfb = if used.iter().any(|p| p.x11) {
         let x = crate::suite::Xvfb::start()?;
-        // The window probe (xdotool) runs in our environment; no thread of
-        // ours runs yet.
-        std::env::set_var("DISPLAY", &x.display);
         for (name, t) in targets.iter_mut() {
             if used.iter().any(|p| &p.name == name && p.x11) {
                 t.env.push(("DISPLAY".into(), x.display.clone()));
