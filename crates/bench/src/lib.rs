@@ -110,8 +110,10 @@ pub struct BenchArgs {
     #[arg(long)]
     pub evict_files: bool,
     /// When a launch is complete: exit, output:REGEX (a stdout/stderr line),
-    /// file:PATH (appears), port:[HOST:]PORT (accepts), window:NAME (X11),
-    /// idle:SECONDS (no reads for that long: complete at the last read).
+    /// file:PATH (appears), port:[HOST:]PORT (accepts), window:NAME (an X11
+    /// window mapped on $DISPLAY whose name matches the case-insensitive
+    /// regex NAME), idle:SECONDS (no reads for that long: complete at the
+    /// last read).
     #[arg(long, default_value = "exit", value_name = "PROBE")]
     pub ready: Ready,
     /// Shell command run before every launch (outside the timing).
