@@ -85,7 +85,11 @@ impl WindowWatch {
     /// name has matched.
     pub fn ready(&mut self) -> Result<bool> {
         while !self.found {
-            let Some(ev) = self.conn.poll_for_event()? else {
+            let Some(ev) = self
+                .conn
+                .poll_for_event()
+                .context("the X connection watching for the launch's window failed")?
+            else {
                 break;
             };
             match ev {
