@@ -299,10 +299,7 @@ fn wait_ready(
     loop {
         let ready = match &t.ready {
             Ready::Output(_) => matched.load(Ordering::Relaxed),
-            Ready::Window(_) => match watch.as_deref_mut() {
-                Some(w) => w.ready()?,
-                None => false,
-            },
+            Ready::Window(_) => watch.as_deref_mut().map_or(Ok(false), WindowWatch::ready)?,
             Ready::Idle(idle) => {
                 let now = group_reads(pgid);
                 if now != io.0 {
@@ -344,10 +341,7 @@ fn wait_ready(
             {
                 thread::sleep(Duration::from_millis(5));
             }
-            let window_up = match watch.as_deref_mut() {
-                Some(w) => w.ready()?,
-                None => false,
-            };
+            let window_up = watch.as_deref_mut().map_or(Ok(false), WindowWatch::ready)?;
             if matched.load(Ordering::Relaxed) || window_up || t.ready.poll() == Some(true) {
                 return Ok(Launched {
                     time,

@@ -4,7 +4,7 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 /// Of the byte ranges given per file, how many bytes are in the page cache
@@ -93,16 +93,25 @@ pub fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
 
 /// Waits until `fd` is readable or `until` passes; returns whether it is.
 pub fn wait_readable(fd: &OwnedFd, until: Instant) -> bool {
-    loop {
-        let left = until.saturating_duration_since(Instant::now());
-        let mut p = libc::pollfd {
+    wait_any_readable(&[fd.as_fd()], until)
+}
+
+/// Waits until one of `fds` is readable or `until` passes; returns
+/// whether one is.
+pub fn wait_any_readable(fds: &[BorrowedFd<'_>], until: Instant) -> bool {
+    let mut p: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|fd| libc::pollfd {
             fd: fd.as_raw_fd(),
             events: libc::POLLIN,
             revents: 0,
-        };
+        })
+        .collect();
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
         let ms = left.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: one valid pollfd.
-        let rc = unsafe { libc::poll(&mut p, 1, ms) };
+        // SAFETY: `p` holds `p.len()` valid pollfd structs.
+        let rc = unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, ms) };
         if rc > 0 {
             return true;
         }

@@ -11,7 +11,7 @@
 //! cache its own 3.4 MB of libraries read beside the launch's.
 
 use std::collections::HashSet;
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::time::Instant;
 
 use anyhow::{Context, Result};
@@ -117,22 +117,10 @@ impl WindowWatch {
     /// Waits until the server sends something, `other` becomes readable
     /// (the launch's pidfd), or `deadline`.
     pub fn wait(&self, other: Option<BorrowedFd<'_>>, deadline: Instant) {
-        let mut fds = vec![libc::pollfd {
-            fd: self.conn.stream().as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        }];
-        if let Some(o) = other {
-            fds.push(libc::pollfd {
-                fd: o.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            });
-        }
-        let left = deadline.saturating_duration_since(Instant::now());
-        let ms = left.as_millis().min(i32::MAX as u128) as i32 + i32::from(!left.is_zero());
-        // SAFETY: `fds` is a valid array of `fds.len()` pollfd structs.
-        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        let fds: Vec<BorrowedFd<'_>> = std::iter::once(self.conn.stream().as_fd())
+            .chain(other)
+            .collect();
+        crate::os::wait_any_readable(&fds, deadline);
     }
 
     /// A window was mapped: its renames are followed from now on, then its
