@@ -154,7 +154,10 @@ impl Xvfb {
             .find(|n| !Path::new(&format!("/tmp/.X{n}-lock")).exists())
             .context("no free X display number between :90 and :199")?;
         let display = format!(":{n}");
-        let child = Command::new("Xvfb")
+        // Ended with the thread that starts it: a harness killed inside a
+        // testbed (its owner gone) would otherwise leave the server behind,
+        // holding the testbed's filesystem mounted over a detached device.
+        let child = crate::launch::stop_with_us(&mut Command::new("Xvfb"))
             // -noreset: by default the server resets whenever its last
             // client leaves, as the window watch and the program do after
             // every launch; a program connecting during a reset fails with
@@ -188,6 +191,11 @@ impl Xvfb {
             std::thread::sleep(Duration::from_millis(25));
         }
         bail!("Xvfb {} did not start", x.display)
+    }
+
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 }
 

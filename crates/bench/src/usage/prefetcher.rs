@@ -371,7 +371,8 @@ impl PreloadProc {
     pub fn start(bin: &Path, dir: &ModeDir) -> Result<PreloadProc> {
         let state = dir.state();
         std::fs::create_dir_all(&state).with_context(|| format!("creating {}", state.display()))?;
-        let mut child = Command::new(bin)
+        // Ended with us, as the daemons are (see `stop_with_us`).
+        let mut child = crate::launch::stop_with_us(&mut Command::new(bin))
             .arg("--foreground")
             .arg("--statefile")
             .arg(state.join("preload.state"))
