@@ -36,6 +36,10 @@ pub struct DaemonStatus {
     pub replays_at_execve: u64,
     pub launches_learned: u64,
     pub launches_prefetched: u64,
+    /// Of those, launches whose plan was in the page cache already, and
+    /// that were therefore not replayed.
+    #[serde(default)]
+    pub launches_cached: u64,
     pub ignored: u64,
     pub active_sessions: usize,
     /// Exec to the replay's start, microseconds: p50, p90, max.

@@ -622,10 +622,12 @@ impl<S: EventSource> Loop<S> {
                 first_request_ns,
                 first_start_ns,
                 seen_ns,
+                cached,
                 ..
             } = &s.mode
             {
                 self.status.launches_prefetched += 1;
+                self.status.launches_cached += u64::from(*cached);
                 let first = first_request_ns.load(Ordering::Relaxed);
                 if first > 0 {
                     self.first_requests.push(since(s.exec_ts_ns, first) / 1e3);

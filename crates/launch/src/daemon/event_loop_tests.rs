@@ -79,7 +79,8 @@ impl Drop for Harness {
 }
 
 fn harness(tune: impl FnOnce(&mut DaemonConfig)) -> Harness {
-    let dir = tempfile::tempdir().unwrap();
+    // On a disk, not tmpfs, whose pages cannot be evicted (`evict`).
+    let dir = tempfile::Builder::new().tempdir_in("/var/tmp").unwrap();
     let mut dcfg = DaemonConfig {
         skip_services: false,
         replay_at_execve: false,
@@ -162,6 +163,14 @@ impl Harness {
         let p = self.dir.path().join(name);
         std::fs::write(&p, vec![7u8; kib * 1024]).unwrap();
         p
+    }
+
+    /// Drops `path`'s pages from the page cache, so that a plan reading it
+    /// is not found cached (and not left unreplayed, see `Start::Cached`).
+    fn evict(&self, path: &Path) {
+        let f = std::fs::File::open(path).unwrap();
+        f.sync_all().unwrap();
+        warmstart_sys::fadvise::dontneed(&f, 0, 0).unwrap();
     }
 
     /// One batch of events, and the loop's pass over it.
@@ -274,6 +283,41 @@ fn a_program_is_learned_then_prefetched_with_its_plan() {
         h.lp.status.exec_to_replay_us[2] > 0.0,
         "exec to replay measured"
     );
+}
+
+#[test]
+fn a_launch_whose_plan_is_cached_is_not_replayed() {
+    let mut h = harness(|_| {});
+    let data = h.data_file("lib.so", 512);
+    let exe = Path::new(SLEEP);
+    let argv = ["sleep", "600"];
+    for _ in 0..h.lp.cfg.nrawseq {
+        let pid = h.launch(exe, &argv, &data, 128, false);
+        h.exit(pid);
+    }
+    let replayed = |h: &Harness, pid: u32| match &h.lp.sessions[&pid].mode {
+        Mode::Prefetching { replay, cached, .. } => {
+            assert_eq!(replay.is_none(), *cached);
+            replay.is_some()
+        }
+        Mode::Learning => panic!("a prefetching profile's launch is prefetched"),
+    };
+    // The new plan's first launch is audited: replayed, cached or not.
+    let pid = h.launch(exe, &argv, &data, 128, false);
+    assert!(replayed(&h, pid), "an audit is replayed all the same");
+    h.exit(pid);
+    // Its data is in the page cache: nothing to replay.
+    let pid = h.launch(exe, &argv, &data, 128, false);
+    assert!(!replayed(&h, pid), "a cached plan is not replayed");
+    h.exit(pid);
+    assert_eq!(h.lp.status.launches_cached, 1);
+    // Evicted, it is replayed again.
+    h.evict(&data);
+    let pid = h.launch(exe, &argv, &data, 128, false);
+    assert!(replayed(&h, pid), "an evicted plan is replayed");
+    h.exit(pid);
+    assert_eq!(h.lp.status.launches_cached, 1);
+    assert_eq!(h.lp.status.launches_prefetched, 3);
 }
 
 #[test]

@@ -38,6 +38,12 @@ fn paced(m: &Mode) -> Option<bool> {
     }
 }
 
+/// Makes the plan of [`learned_sleep`] cold: a plan already in the page
+/// cache is not replayed (`Start::Cached`).
+fn cold(h: &Harness) {
+    h.evict(&h.dir.path().join("lib.so"));
+}
+
 /// `sleep 600` learned until its profile prefetches; its name.
 fn learned_sleep(h: &mut Harness) -> String {
     let data = h.data_file("lib.so", 512);
@@ -64,6 +70,7 @@ fn a_path_search_starts_its_replay_at_the_first_candidate() {
     let missing = h.dir.path().join("bin/sleep");
     let missing = missing.to_str().unwrap();
     let first_key = execs::key(me_uid(), None, missing, &argv.map(String::from));
+    cold(&h);
     let pid = h.process();
     h.step(vec![exec_start(pid, missing, &argv)]);
     assert!(!h.lp.early.contains_key(&pid), "no hint, nothing cached");
@@ -84,6 +91,7 @@ fn a_path_search_starts_its_replay_at_the_first_candidate() {
     // The next such search starts the replay at its first candidate, and
     // that replay goes on through the next one to the exec.
     let before = h.lp.status.replays_at_execve;
+    cold(&h);
     let pid = h.process();
     h.step(vec![exec_start(pid, missing, &argv)]);
     let hinted = |h: &Harness, pid| h.lp.early.get(&pid).and_then(|e| e.hinted.clone());
@@ -112,6 +120,7 @@ fn a_path_search_starts_its_replay_at_the_first_candidate() {
         (SLEEP, ["sleep", "1"]),
         ("/usr/bin/sleep-not", ["sleep", "600"]),
     ] {
+        cold(&h);
         let pid = h.process();
         h.step(vec![exec_start(pid, missing, &argv)]);
         assert_eq!(hinted(&h, pid), Some(first_key.clone()));

@@ -21,7 +21,7 @@ use super::policy::{
 };
 use super::tuning::{leave_realtime, spawn_here};
 use super::Shared;
-use crate::manager::{load_plan, profile_name_for, Config};
+use crate::manager::{load_plan, plan_cached, profile_name_for, Config};
 use crate::store::Phase;
 
 pub(super) enum Mode {
@@ -49,6 +49,8 @@ pub(super) enum Mode {
         /// Paces the replay's data until the exec is done (see
         /// [`Start::Paced`]).
         gate: Option<Arc<DataGate>>,
+        /// Not replayed: its plan was in the page cache ([`Start::Cached`]).
+        cached: bool,
     },
 }
 
@@ -57,6 +59,10 @@ pub(super) enum Mode {
 pub(super) enum Start {
     /// Not at all: the launch runs unprefetched.
     No,
+    /// Not at all, the plan being in the page cache already: a warm
+    /// launch gains nothing from a replay, which would only take CPU from
+    /// it (clang's, resident, costs 15 ms of CPU beside a 55 ms launch).
+    Cached,
     /// Everything at once: the program is loaded.
     Now,
     /// At the execve, before the kernel has found and loaded anything:
@@ -242,6 +248,10 @@ pub(super) fn decide(
                         || replaying(sessions, early_others) >= dcfg.max_concurrent_replays
                     {
                         Start::No
+                    } else if !audited && plan_cached(&plan) {
+                        // Do no harm, as `warmstart run` does: an audited
+                        // launch is replayed all the same.
+                        Start::Cached
                     } else {
                         Start::Now
                     };
@@ -317,7 +327,7 @@ fn start_prefetch(
     let first_request_ns = Arc::new(AtomicU64::new(0));
     let first_start_ns = Arc::new(AtomicU64::new(0));
     let gate = (start == Start::Paced).then(|| Arc::new(DataGate::closed(PACE_LIMIT)));
-    let replay = if start != Start::No {
+    let replay = if matches!(start, Start::Now | Start::Paced) {
         let plan = Arc::clone(&plan);
         let opts = cfg.replay.clone();
         let (flag, requests, first, started, paced) = (
@@ -361,6 +371,7 @@ fn start_prefetch(
         audited,
         relearn,
         gate,
+        cached: start == Start::Cached,
     }
 }
 
@@ -501,6 +512,10 @@ fn start_named(ctx: &Ctx, name: &str, execve_ns: u64) -> Option<Early> {
         return None;
     }
     let (plan, _) = known.plan?;
+    // Warm: the exec event decides (an audit is replayed all the same).
+    if plan_cached(&plan) {
+        return None;
+    }
     let mode = start_prefetch(plan, ctx.cfg, cache, Start::Paced, false, false, execve_ns);
     matches!(
         mode,
@@ -612,10 +627,13 @@ pub(super) fn session_status(pid: u32, s: &Session) -> SessionStatus {
             replay,
             requests,
             relearn,
+            cached,
             ..
         } => (
             if *relearn {
                 "relearning"
+            } else if *cached {
+                "cached"
             } else {
                 "prefetching"
             },

@@ -31,6 +31,7 @@ pub use learning::{compile_traces, mark_relearn};
 pub(crate) use naming::{digest, resolve_exe};
 pub use naming::{profile_name, profile_name_for};
 pub(crate) use prefetch::plain_launch;
+pub(crate) use warm::plan_cached;
 
 use learning::learn;
 use naming::Walk;

@@ -86,6 +86,29 @@ pub(super) fn windows_cached(windows: &[(String, u64, u64)]) -> bool {
     pages > 0 && resident * 10 >= pages * 9
 }
 
+/// Whether `plan` is already in the page cache, for a launch whose
+/// program is already loaded (the daemon's, decided at the exec): the
+/// warm check's windows, but only if every file they sample is in the
+/// dentry cache, so that on a cold cache the answer costs no read from
+/// storage and the replay starts at once. For clang's plan (90 files)
+/// 0.08-0.15 ms when warm, under 0.05 ms cold; its replay, resident,
+/// costs 15 ms of CPU.
+pub(crate) fn plan_cached(plan: &Plan) -> bool {
+    let windows = warm_windows(plan);
+    let mut seen = std::collections::HashSet::new();
+    for (path, _, _) in &windows {
+        if seen.insert(path.as_str())
+            && matches!(
+                warmstart_sys::cached::stat_cached(std::path::Path::new(path)),
+                warmstart_sys::cached::Cached::Unknown
+            )
+        {
+            return false;
+        }
+    }
+    windows_cached(&windows)
+}
+
 /// Whether a launch of `program` (the binary, or the script an
 /// interpreter will read) is cold: its path is not in the dentry cache,
 /// or its first page is not in the page cache. Every launch reads that
@@ -187,5 +210,45 @@ mod tests {
         assert!(!program_cached(&link));
         // Nothing to open: the full check decides.
         assert!(program_cached(&d.path().join("none")));
+    }
+
+    #[test]
+    fn a_plan_is_cached_while_its_sampled_pages_are() {
+        let d = tempfile::Builder::new().tempdir_in("/var/tmp").unwrap();
+        let f = d.path().join("lib");
+        std::fs::write(&f, vec![1u8; 1 << 20]).unwrap();
+        let plan = |path: &std::path::Path| Plan {
+            meta: warmstart_plan::plan::PlanMeta {
+                command: vec![],
+                created_unix_ms: 0,
+                traces: 1,
+                min_traces: 1,
+                passes: vec![],
+                sorted: false,
+            },
+            files: vec![warmstart_plan::plan::PlanFile {
+                path: path.display().to_string(),
+                id: Default::default(),
+            }],
+            lookups: vec![],
+            entries: vec![warmstart_plan::Entry::Data {
+                file: 0,
+                offset: 0,
+                len: 1 << 20,
+            }],
+        };
+        let empty = Plan {
+            files: vec![],
+            entries: vec![],
+            ..plan(&f)
+        };
+        // Just written: cached.
+        assert!(plan_cached(&plan(&f)));
+        let file = std::fs::File::open(&f).unwrap();
+        file.sync_all().unwrap();
+        warmstart_sys::fadvise::dontneed(&file, 0, 0).unwrap();
+        assert!(!plan_cached(&plan(&f)), "evicted");
+        assert!(!plan_cached(&plan(&d.path().join("none"))), "missing");
+        assert!(!plan_cached(&empty), "nothing to sample");
     }
 }

@@ -366,9 +366,9 @@ pub fn status(args: StatusArgs) -> Result<i32> {
     if let Some(d) = daemon {
         {
             println!(
-                "daemon: pid {}, up {:.0} s, {} execs seen, {} learned, {} prefetched ({} replays started at execve), {} ignored, {} left to the kernel ({} trivial programs); exec->replay p50 {:.0} us, p90 {:.0} us, max {:.0} us; exec->first entry started p50 {:.0} us, p90 {:.0} us; exec->first request issued p50 {:.0} us, p90 {:.0} us, max {:.0} us; launch seen (execve or exec)->first request p50 {:.0} us, p90 {:.0} us, max {:.0} us; {} events, {} dropped",
+                "daemon: pid {}, up {:.0} s, {} execs seen, {} learned, {} prefetched ({} replays started at execve, {} found cached and not replayed), {} ignored, {} left to the kernel ({} trivial programs); exec->replay p50 {:.0} us, p90 {:.0} us, max {:.0} us; exec->first entry started p50 {:.0} us, p90 {:.0} us; exec->first request issued p50 {:.0} us, p90 {:.0} us, max {:.0} us; launch seen (execve or exec)->first request p50 {:.0} us, p90 {:.0} us, max {:.0} us; {} events, {} dropped",
                 d.pid, d.uptime_s, d.execs_seen, d.launches_learned, d.launches_prefetched,
-                d.replays_at_execve, d.ignored, d.execs_quieted, d.trivial_programs,
+                d.replays_at_execve, d.launches_cached, d.ignored, d.execs_quieted, d.trivial_programs,
                 d.exec_to_replay_us[0], d.exec_to_replay_us[1], d.exec_to_replay_us[2],
                 d.exec_to_first_start_us[0], d.exec_to_first_start_us[1],
                 d.exec_to_first_request_us[0], d.exec_to_first_request_us[1], d.exec_to_first_request_us[2],
