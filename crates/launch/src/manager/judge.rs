@@ -202,30 +202,7 @@ mod tests {
 
     /// A plan reading `(offset, len)` ranges of one file, `/a`.
     fn plan_of_a(ranges: Vec<(u64, u64)>) -> Plan {
-        use warmstart_plan::plan::{PlanFile, PlanMeta};
-        Plan {
-            meta: PlanMeta {
-                command: vec![],
-                created_unix_ms: 0,
-                traces: 1,
-                min_traces: 1,
-                passes: vec![],
-                sorted: false,
-            },
-            files: vec![PlanFile {
-                path: "/a".into(),
-                id: Default::default(),
-            }],
-            lookups: vec![],
-            entries: ranges
-                .into_iter()
-                .map(|(offset, len)| warmstart_plan::Entry::Data {
-                    file: 0,
-                    offset,
-                    len,
-                })
-                .collect(),
-        }
+        crate::manager::plan_reading("/a", &ranges)
     }
 
     #[test]

@@ -237,6 +237,35 @@ pub fn run_without_recorder(
     run_with::<false>(argv, profile, cfg)
 }
 
+/// A plan reading `(offset, len)` ranges of one file, `path`, for tests.
+#[cfg(test)]
+pub(crate) fn plan_reading(path: &str, ranges: &[(u64, u64)]) -> warmstart_plan::Plan {
+    use warmstart_plan::plan::{PlanFile, PlanMeta};
+    warmstart_plan::Plan {
+        meta: PlanMeta {
+            command: vec![],
+            created_unix_ms: 0,
+            traces: 1,
+            min_traces: 1,
+            passes: vec![],
+            sorted: false,
+        },
+        files: vec![PlanFile {
+            path: path.into(),
+            id: Default::default(),
+        }],
+        lookups: vec![],
+        entries: ranges
+            .iter()
+            .map(|&(offset, len)| warmstart_plan::Entry::Data {
+                file: 0,
+                offset,
+                len,
+            })
+            .collect(),
+    }
+}
+
 /// Whether the dentry cache resolves `path` without a read.
 fn in_dcache(path: &std::path::Path) -> bool {
     !matches!(

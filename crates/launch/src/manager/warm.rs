@@ -97,12 +97,7 @@ pub(crate) fn plan_cached(plan: &Plan) -> bool {
     let windows = warm_windows(plan);
     let mut seen = std::collections::HashSet::new();
     for (path, _, _) in &windows {
-        if seen.insert(path.as_str())
-            && matches!(
-                warmstart_sys::cached::stat_cached(std::path::Path::new(path)),
-                warmstart_sys::cached::Cached::Unknown
-            )
-        {
+        if seen.insert(path.as_str()) && !super::in_dcache(path.as_ref()) {
             return false;
         }
     }
@@ -217,25 +212,8 @@ mod tests {
         let d = tempfile::Builder::new().tempdir_in("/var/tmp").unwrap();
         let f = d.path().join("lib");
         std::fs::write(&f, vec![1u8; 1 << 20]).unwrap();
-        let plan = |path: &std::path::Path| Plan {
-            meta: warmstart_plan::plan::PlanMeta {
-                command: vec![],
-                created_unix_ms: 0,
-                traces: 1,
-                min_traces: 1,
-                passes: vec![],
-                sorted: false,
-            },
-            files: vec![warmstart_plan::plan::PlanFile {
-                path: path.display().to_string(),
-                id: Default::default(),
-            }],
-            lookups: vec![],
-            entries: vec![warmstart_plan::Entry::Data {
-                file: 0,
-                offset: 0,
-                len: 1 << 20,
-            }],
+        let plan = |path: &std::path::Path| {
+            super::super::plan_reading(path.to_str().unwrap(), &[(0, 1 << 20)])
         };
         let empty = Plan {
             files: vec![],
