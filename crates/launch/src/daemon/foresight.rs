@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{channel, Receiver, Sender, SyncSender};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -164,7 +164,7 @@ impl Foresight {
             let (tx, rx) = channel();
             let t = std::thread::Builder::new()
                 .name("ws-history".into())
-                .spawn(move || write_history(h, rx));
+                .spawn(move || write_history(h, rx, SAVE_EVERY));
             (tx, t)
         }) {
             Some((tx, Ok(t))) => (Some(tx), Some(t)),
@@ -449,7 +449,7 @@ impl Drop for Foresight {
 }
 
 /// What the history writer is sent.
-enum HistoryWrite {
+pub(super) enum HistoryWrite {
     Event(HistEvent),
     /// Answered once everything sent before is saved (tests wait so).
     #[cfg_attr(not(test), allow(dead_code))]
@@ -457,26 +457,55 @@ enum HistoryWrite {
 }
 
 /// The history writer: the file is rewritten whole and atomically at each
-/// save, so events arriving together (a login starting many programs) are
-/// saved once, and never on the event loop. It ends, after a last save,
-/// when the daemon drops its queue.
-fn write_history(mut file: HistoryFile, rx: Receiver<HistoryWrite>) {
+/// save, at most `every` ([`SAVE_EVERY`]), so that events arriving together (a
+/// login starting many programs, a build running a compiler a hundred
+/// times) are saved once, and never on the event loop. Saved at each
+/// launch, it took 8% of the daemon's CPU, most of it in `fsync`. It ends,
+/// after a last save, when the daemon drops its queue.
+pub(super) fn write_history(mut file: HistoryFile, rx: Receiver<HistoryWrite>, every: Duration) {
     let mut flushes = Vec::new();
-    while let Ok(first) = rx.recv() {
-        for w in std::iter::once(first).chain(rx.try_iter()) {
+    let mut saved: Option<Instant> = None;
+    loop {
+        let next = if file.unsaved() == 0 {
+            rx.recv().ok()
+        } else {
+            let due = saved.map_or_else(Instant::now, |t| t + every);
+            match rx.recv_timeout(due.saturating_duration_since(Instant::now())) {
+                Ok(w) => Some(w),
+                Err(RecvTimeoutError::Timeout) => None,
+                Err(RecvTimeoutError::Disconnected) => {
+                    save_history(&mut file);
+                    return;
+                }
+            }
+        };
+        if next.is_none() && file.unsaved() == 0 {
+            return; // the queue closed with everything saved
+        }
+        for w in next.into_iter().chain(rx.try_iter()) {
             match w {
                 HistoryWrite::Event(e) => file.push(e),
                 HistoryWrite::Flush(done) => flushes.push(done),
             }
         }
-        if file.unsaved() > 0 {
-            if let Err(e) = file.save() {
-                let _ = writeln!(std::io::stderr(), "warmstart daemon: {e}");
-            }
+        let due = saved.is_none_or(|t| t.elapsed() >= every);
+        if file.unsaved() > 0 && (due || !flushes.is_empty()) {
+            save_history(&mut file);
+            saved = Some(Instant::now());
         }
         for done in flushes.drain(..) {
             let _ = done.send(());
         }
+    }
+}
+
+/// The history is saved at most this often (and when the daemon stops):
+/// a crash loses the launches of the last few seconds at most.
+const SAVE_EVERY: Duration = Duration::from_secs(5);
+
+fn save_history(file: &mut HistoryFile) {
+    if let Err(e) = file.save() {
+        let _ = writeln!(std::io::stderr(), "warmstart daemon: {e}");
     }
 }
 

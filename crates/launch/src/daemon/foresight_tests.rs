@@ -5,7 +5,7 @@
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::*;
 use crate::daemon::foresight::Foresight;
@@ -427,4 +427,57 @@ fn state_names_are_the_preloaders_own() {
 fn me_uid() -> u32 {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() }
+}
+
+#[test]
+fn the_history_is_saved_in_batches_and_when_the_daemon_stops() {
+    use crate::daemon::foresight::{write_history, HistoryWrite};
+    let d = tempfile::tempdir().unwrap();
+    let (file, _) = HistoryFile::load(d.path(), DEFAULT_CAPACITY);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let every = Duration::from_secs(1);
+    let writer = std::thread::spawn(move || write_history(file, rx, every));
+    let saved = || {
+        std::fs::read_to_string(d.path().join(crate::history::HISTORY_FILE))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("app-"))
+            .count()
+    };
+    let until = |n: usize| {
+        let t = Instant::now();
+        while saved() < n && t.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        saved()
+    };
+    let launch = |n: u64| {
+        HistoryWrite::Event(warmstart_predict::Event::Launch(
+            warmstart_predict::Launch {
+                profile: format!("app-{n}"),
+                at_ms: 1_000 + n,
+                session: 0,
+            },
+        ))
+    };
+    // The first launch is saved at once, the next ones together, a
+    // second later.
+    tx.send(launch(1)).unwrap();
+    assert_eq!(until(1), 1);
+    let t = Instant::now();
+    tx.send(launch(2)).unwrap();
+    tx.send(launch(3)).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(saved(), 1, "saved again within a second");
+    assert_eq!(until(3), 3);
+    assert!(
+        t.elapsed() >= Duration::from_millis(800),
+        "{:?}",
+        t.elapsed()
+    );
+    // The daemon stops: what is left is saved.
+    tx.send(launch(4)).unwrap();
+    drop(tx);
+    writer.join().unwrap();
+    assert_eq!(saved(), 4);
 }
