@@ -5,7 +5,7 @@
 //! by their decoded size; the rest are read from the state directory at
 //! their launch.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -390,51 +390,6 @@ pub(super) fn refresh(cache: &Cache, store: &Store, name: &str, log: &mut dyn Wr
         Phase::Ignored => {}
     }
     cache.insert(name, known);
-}
-
-/// Keeps the store under `max` bytes by forgetting the least recently used
-/// profiles. The sizes are read without the profile lock; each profile is
-/// forgotten with it held, so that no launch is being written to it.
-pub(super) fn evict_lru(shared: &Shared, store: &Store, max: u64) {
-    let Ok(names) = store.names() else {
-        return;
-    };
-    // By last use, oldest first; the name breaks ties so that profiles
-    // used in the same millisecond are all counted.
-    let mut sizes: BTreeMap<(u64, String), u64> = BTreeMap::new();
-    let mut total = 0;
-    for name in names {
-        let dir = store.dir(&name);
-        let size: u64 = std::fs::read_dir(&dir)
-            .map(|rd| {
-                rd.flatten()
-                    .filter_map(|e| e.metadata().ok())
-                    .map(|m| m.len())
-                    .sum()
-            })
-            .unwrap_or(0);
-        // A profile that does not load still takes room: it is aged by
-        // its directory, not left out of the cap.
-        let used = match store.load(&name) {
-            Ok(Some(p)) => p.updated_unix_ms,
-            _ => std::fs::metadata(&dir)
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                .map_or(0, |d| d.as_millis() as u64),
-        };
-        total += size;
-        sizes.insert((used, name), size);
-    }
-    for ((_, name), size) in sizes {
-        if total <= max {
-            break;
-        }
-        let _held = shared.profiles.lock().unwrap_or_else(|e| e.into_inner());
-        shared.cache.remove(&name);
-        let _ = store.forget(&name);
-        total -= size;
-    }
 }
 
 #[cfg(test)]

@@ -12,9 +12,10 @@ use std::time::{Duration, Instant};
 
 use warmstart_bpf::Event;
 
-use super::cache::{evict_lru, Check};
+use super::cache::Check;
 use super::config::DaemonConfig;
 use super::control::DaemonStatus;
+use super::evict::evict_lru;
 use super::execs::{self, ExecHints};
 use super::follow::{
     decide, execed_again, new_session, own_exes, replaying, session_status, since, start_early,
@@ -665,8 +666,9 @@ impl<S: EventSource> Loop<S> {
             let max = self.dcfg.store_max_mib << 20;
             self.learners.submit(move || {
                 let mut err = std::io::stderr();
+                let name = s.name.clone();
                 match finish(s, drops, &shared, &store, &cfg, &dcfg, &mut err) {
-                    Ok(Fate::Written) => evict_lru(&shared, &store, max),
+                    Ok(Fate::Written) => evict_lru(&shared, &store, max, &name),
                     Ok(Fate::Trivial | Fate::Forgotten | Fate::Busy) => {}
                     Err(e) => {
                         let _ = writeln!(err, "warmstart daemon: {e}");

@@ -14,12 +14,13 @@
 //!
 //! The parts, one concern each: `config` (the config file), `policy`
 //! (which launches are followed), `control` (the control socket),
-//! `cache` (profiles and plans in memory), `follow` (deciding a launch
-//! and starting its replay), `learn` (finishing a launch on a bounded
-//! pool), `event_loop` (events in, decisions out), `source` (where the
-//! events come from: the recorder, or a fake in tests), `tuning` (real-time waits, locked
-//! code, replay thread placement), `foresight` (startup plans, the launch
-//! history and its predictor), `idle` (the idle preloader's thread) and
+//! `cache` (profiles and plans in memory), `evict` (the store kept under
+//! its size cap), `follow` (deciding a launch and starting its replay),
+//! `learn` (finishing a launch on a bounded pool), `event_loop` (events
+//! in, decisions out), `source` (where the events come from: the
+//! recorder, or a fake in tests), `tuning` (real-time waits, locked code,
+//! replay thread placement), `foresight` (startup plans, the launch
+//! history and its predictor), `idle` (the idle preloader's thread),
 //! `registry` (plans looked up by program content for new programs),
 //! `recent` (recent replay latencies) and `execs` (the profile each
 //! execve, as called, started last time).
@@ -28,6 +29,7 @@ mod cache;
 mod config;
 mod control;
 mod event_loop;
+mod evict;
 mod execs;
 mod follow;
 mod foresight;
@@ -87,6 +89,8 @@ struct Shared {
     /// Profiles forgotten since the event loop last looked: the predictor
     /// and the preloader forget them too.
     forgotten: Mutex<Vec<String>>,
+    /// The profiles' sizes on disk, for `store_max_mib`.
+    sizes: Mutex<evict::StoreSizes>,
 }
 
 impl Shared {
@@ -98,6 +102,7 @@ impl Shared {
             cache,
             trivial: Mutex::new(Trivial::default()),
             forgotten: Mutex::new(Vec::new()),
+            sizes: Mutex::new(evict::StoreSizes::default()),
         }
     }
 

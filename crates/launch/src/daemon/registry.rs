@@ -20,7 +20,8 @@ use std::time::{Duration, Instant};
 
 use warmstart_plan::Plan;
 
-use super::cache::{evict_lru, refresh, Cache};
+use super::cache::{refresh, Cache};
+use super::evict::evict_lru;
 use super::follow::Mode;
 use super::Shared;
 use crate::store::{self, Phase, Profile, Store};
@@ -157,7 +158,7 @@ fn work(
             Ok(Some(found)) => {
                 match install(shared, store, &name, &argv, found, &mut log) {
                     Ok(true) => {
-                        evict_lru(shared, store, store_max);
+                        evict_lru(shared, store, store_max, &name);
                         lock(asked).installed += 1;
                     }
                     Ok(false) => {}
