@@ -5,6 +5,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
@@ -23,7 +24,7 @@ use super::follow::{
 };
 use super::foresight::Foresight;
 use super::learn::{finish, Fate, Learners};
-use super::policy::{script_prefix, subcommand, QuietExe, Scripts};
+use super::policy::{script_prefix, subcommand, QuietExe, Scripts, Wrappers};
 use super::recent::Recent;
 use super::registry::Registry;
 use super::source::EventSource;
@@ -97,6 +98,8 @@ pub(super) struct Loop<S: EventSource> {
     /// place, and its children, followed for their forks and exits only):
     /// none of their execs is a launch of the daemon's.
     left: HashSet<u32>,
+    /// The processes running `warmstart run`.
+    pub(super) wrappers: Wrappers,
 }
 
 impl<S: EventSource> Loop<S> {
@@ -144,6 +147,7 @@ impl<S: EventSource> Loop<S> {
             runs: HashMap::new(),
             left: HashSet::new(),
             own_exes: own_exes(),
+            wrappers: Wrappers::scan(Path::new("/proc"), 0),
         }
     }
 
@@ -325,6 +329,7 @@ impl<S: EventSource> Loop<S> {
             .filter(|p| p.call.searches_on(filename, argv))
             .and_then(|p| p.call.key);
         self.rt.set(true);
+        let skip_wrapped = self.wrapped_may_run();
         let ctx = Ctx {
             dcfg: &self.dcfg,
             cfg: &self.cfg,
@@ -332,7 +337,7 @@ impl<S: EventSource> Loop<S> {
             shared: &self.shared,
             check: &self.check,
             me: self.me,
-            skip_wrapped: self.skip_wrapped,
+            skip_wrapped,
         };
         let running = replaying(&self.sessions, self.early.len());
         // The hints first: they read nothing.
@@ -386,6 +391,9 @@ impl<S: EventSource> Loop<S> {
             let own = self.is_own(file);
             let run = own && argv.and_then(subcommand) == Some("run");
             let in_place = !own && self.runs.remove(&tgid).is_some();
+            if own {
+                self.wrappers.exec_of_own(tgid, argv);
+            }
             if own || in_place {
                 if run {
                     self.runs.insert(tgid, Instant::now());
@@ -443,6 +451,7 @@ impl<S: EventSource> Loop<S> {
             exec_key = e.call.as_ref().and_then(|c| c.key.clone());
         }
         let decided = {
+            let skip_wrapped = self.wrapped_may_run();
             let ctx = Ctx {
                 dcfg: &self.dcfg,
                 cfg: &self.cfg,
@@ -450,7 +459,7 @@ impl<S: EventSource> Loop<S> {
                 shared: &self.shared,
                 check: &self.check,
                 me: self.me,
-                skip_wrapped: self.skip_wrapped,
+                skip_wrapped,
             };
             let rt = &mut self.rt;
             decide(
@@ -683,6 +692,12 @@ impl<S: EventSource> Loop<S> {
                 }
             });
         }
+    }
+
+    /// Whether a launch may be one that `warmstart run` started, to be
+    /// left to it: only while a `run` is known to be running.
+    fn wrapped_may_run(&mut self) -> bool {
+        self.skip_wrapped && self.wrappers.any(Path::new("/proc"), self.src.drops())
     }
 
     /// Whether an exec is of warmstart's own binaries (this one, or its

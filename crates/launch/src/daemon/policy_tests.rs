@@ -97,6 +97,30 @@ fn a_launch_started_by_warmstart_is_left_to_it() {
         started_by_warmstart(p, 53),
         "a launch handed over to the core"
     );
+    // The `run`s running: the front's and the core's, not `bench run`'s
+    // or a shell's.
+    let mut w = Wrappers::scan(p, 0);
+    let mut known: Vec<u32> = w.pids.iter().copied().collect();
+    known.sort_unstable();
+    assert_eq!(known, [7, 10]);
+    assert!(w.any(p, 0));
+    // Ended, or another program now: forgotten.
+    std::fs::remove_dir_all(p.join("7")).unwrap();
+    std::fs::write(p.join("10/cmdline"), "app\0").unwrap();
+    assert!(!w.any(p, 0), "none is left");
+    // Seen exec'ing `run`: known again, as long as it runs it.
+    std::fs::write(p.join("10/cmdline"), "warmstart\0run\0--\0app\0").unwrap();
+    let argv = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    w.exec_of_own(10, Some(&argv(&["warmstart", "status"])));
+    assert!(!w.any(p, 0), "another command");
+    w.exec_of_own(10, Some(&argv(&["warmstart", "run", "--", "app"])));
+    assert!(w.any(p, 0));
+    // One whose exec the recorder lost is found by scanning again.
+    std::fs::write(p.join("10/cmdline"), "app\0").unwrap();
+    assert!(!w.any(p, 0));
+    std::fs::write(p.join("10/cmdline"), "warmstart\0run\0--\0app\0").unwrap();
+    assert!(!w.any(p, 0), "no event: not known");
+    assert!(w.any(p, 1), "events lost: scanned");
 }
 
 #[test]
