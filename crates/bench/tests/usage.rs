@@ -263,3 +263,75 @@ fn root_usage_reports_a_failing_program_by_mode() {
         assert!(err.contains(want), "{want}: {err}");
     }
 }
+
+#[test]
+fn root_usage_runs_the_log_again_and_gives_the_spread() {
+    if !warmstart_testing::require_root("root_usage_runs_the_log_again_and_gives_the_spread") {
+        return;
+    }
+    if !Path::new("/usr/bin/python3").exists() {
+        warmstart_testing::skip(
+            "root_usage_runs_the_log_again_and_gives_the_spread",
+            "no /usr/bin/python3",
+        );
+        return;
+    }
+    let d = tempfile::tempdir_in("/var/tmp").unwrap();
+    let suite = d.path().join("suite.toml");
+    std::fs::write(&suite, SUITE).unwrap();
+    let log = d.path().join("log.jsonl");
+    std::fs::write(&log, LOG).unwrap();
+    let (json, md) = (d.path().join("out.json"), d.path().join("out.md"));
+    let out = Command::new(env!("CARGO_BIN_EXE_warmstart-bench"))
+        .args(["usage", "--modes", "none,warm", "--runs", "2", "--log"])
+        .arg(&log)
+        .arg("--suite")
+        .arg(&suite)
+        .arg("--json")
+        .arg(&json)
+        .arg("--export-markdown")
+        .arg(&md)
+        .arg("--plot")
+        .arg(d.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{}\n{stdout}\n{stderr}", out.status);
+    assert!(stderr.contains("run 2 of 2"), "{stderr}");
+    assert!(
+        stdout.contains("Run 1 of 2") && stdout.contains("Over 2 runs"),
+        "{stdout}"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    for r in runs {
+        // Every launch of both modes in each run, its baselines from the
+        // same run.
+        let launches = r["launches"].as_array().unwrap();
+        assert_eq!(launches.len(), 8, "{launches:#?}");
+        for l in launches.iter().filter(|l| l["mode"] == "warm") {
+            assert_eq!(l["warm_ms"], l["ms"], "{l}");
+        }
+        assert_eq!(r["settings"]["modes"], serde_json::json!(["none", "warm"]));
+    }
+    let summary = v["summary"].as_array().unwrap();
+    assert_eq!(summary.len(), 2, "{summary:#?}");
+    for (s, mode, gap) in [(&summary[0], "none", 0.0), (&summary[1], "warm", 1.0)] {
+        assert_eq!(s["mode"], mode);
+        assert_eq!(s["runs"], 2);
+        // By definition: cold captures none of the gap, warm all of it
+        // (in runs where warm was faster than cold).
+        if let Some(m) = s["gap_captured"]["median"].as_f64() {
+            assert!((m - gap).abs() < 1e-9, "{s}");
+        }
+    }
+    let md = std::fs::read_to_string(&md).unwrap();
+    assert!(md.starts_with("## Usage log, over 2 runs"), "{md}");
+    assert!(md.contains("## Usage log, run 2 of 2"), "{md}");
+    for run in [1, 2] {
+        let svg = d.path().join(format!("usage-timeline-run{run}.svg"));
+        assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
+    }
+}

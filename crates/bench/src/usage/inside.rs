@@ -106,6 +106,7 @@ fn inner_args(
     push("--train", Some(train.to_string()));
     push("--sequence-gap", Some(a.sequence_gap.to_string()));
     push("--timeout", Some(a.timeout.to_string()));
+    push("--runs", Some(a.runs.to_string()));
     if a.learn_all {
         push("--learn-all", None);
     }
@@ -178,6 +179,8 @@ mod tests {
             "--learn-all",
             "--timeout",
             "60",
+            "--runs",
+            "3",
             "--json",
             "/home/u/u.json",
             "--plot",
@@ -206,6 +209,7 @@ mod tests {
         assert_eq!(after("--modes"), "none,predict");
         assert_eq!(after("--train"), "3");
         assert_eq!(after("--timeout"), "60");
+        assert_eq!(after("--runs"), "3");
         assert_eq!(after("--json"), "/var/tmp/warmstart-bench-out-1/usage.json");
         assert_eq!(after("--plot"), "/var/tmp/warmstart-bench-out-1/plot");
         assert_eq!(

@@ -12,15 +12,17 @@
 //! Modules: [`log`] (the log: files, the default, a daemon's history),
 //! [`prefetcher`] (the modes: the daemon's configs, Debian's preload),
 //! [`probe`] (memory, preloads, disk reads), [`results`] (arithmetic,
-//! tables), [`plot`] (the timeline), [`inside`] (`--fs`: the same run in a
-//! storage testbed).
+//! tables), [`runs`] (`--runs`: the spread over several runs), [`plot`]
+//! (the timeline), [`inside`] (`--fs`: the same run in a storage testbed).
 
 mod inside;
 pub mod log;
+mod output;
 pub mod plot;
 pub mod prefetcher;
 pub mod probe;
 pub mod results;
+pub mod runs;
 pub mod session;
 
 use std::collections::BTreeMap;
@@ -33,6 +35,7 @@ use warmstart_launch::daemon::DaemonStatus;
 
 use crate::launch::{self, Target};
 use log::Boot;
+use output::{write_results, write_runs, RunOutput};
 use prefetcher::{DaemonProc, Mode, ModeDir, Prefetcher, PreloadProc};
 use results::{BootResult, DaemonBoot, LaunchResult, UsageResults, UsageSettings};
 
@@ -40,6 +43,7 @@ use results::{BootResult, DaemonBoot, LaunchResult, UsageResults, UsageSettings}
 pub const EXAMPLES: &str = "EXAMPLES:
   warmstart bench usage --suite bench/suite.toml
   warmstart bench usage --modes none,predict,warm --json usage.json --export-markdown usage.md
+  warmstart bench usage --modes none,predict,warm --runs 3     # median and range of 3 runs
   warmstart bench usage --log my.jsonl --train 4 --suite bench/suite.toml
   warmstart bench usage --from-history /var/lib/warmstart --map python3-u1000-0f3a=python-scipy \\
       --write-log mine.jsonl
@@ -123,6 +127,12 @@ pub struct UsageArgs {
     /// programs running on the machine do not train it).
     #[arg(long)]
     pub learn_all: bool,
+    /// Replay the log N times, the modes in turn (in reverse order every
+    /// other run), and give each mode's gap captured as the median and
+    /// range over the runs.
+    #[arg(long, default_value_t = 1, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub runs: u32,
     /// Give up on a launch not complete after this many seconds.
     #[arg(long, default_value_t = 120.0, value_name = "S")]
     pub timeout: f64,
@@ -329,26 +339,33 @@ pub fn run(args: UsageArgs, quiet: bool) -> Result<i32> {
         logins,
         sequence_gap_ms: (args.sequence_gap.max(0.0) * 1000.0) as u64,
     };
-    let mut launches = Vec::new();
-    let mut boot_results = Vec::new();
-    let mut samples = Vec::new();
+    let runs = args.runs as usize;
+    let mut outputs: Vec<RunOutput> = Vec::new();
     // A mode that fails (a program crashing, preload refusing to start)
     // must not lose the other modes' minutes of measurements.
-    let mut done = Vec::new();
-    let mut failed = Vec::new();
-    for &mode in &modes {
-        match run.mode(mode) {
-            Ok((l, b, s)) => {
-                launches.extend(l);
-                boot_results.extend(b);
-                samples.extend(s);
-                done.push(mode);
-            }
-            Err(e) => {
-                eprintln!("warmstart: mode {mode} failed: {e:#}");
-                failed.push(mode.name());
+    let mut failed: Vec<&str> = Vec::new();
+    for r in 0..runs {
+        if runs > 1 && !quiet {
+            eprintln!("warmstart: run {} of {runs}", r + 1);
+        }
+        let mut out = RunOutput::default();
+        for mode in runs::order(&modes, r) {
+            match run.mode(mode) {
+                Ok((l, b, s)) => {
+                    out.launches.extend(l);
+                    out.boots.extend(b);
+                    out.samples.extend(s);
+                    out.done.push(mode);
+                }
+                Err(e) => {
+                    eprintln!("warmstart: mode {mode} failed: {e:#}");
+                    if !failed.contains(&mode.name()) {
+                        failed.push(mode.name());
+                    }
+                }
             }
         }
+        outputs.push(out);
     }
     if logins {
         // Cleanup commands are no part of a login.
@@ -356,7 +373,7 @@ pub fn run(args: UsageArgs, quiet: bool) -> Result<i32> {
             eprintln!("warmstart: {e:#}");
         }
     }
-    if done.is_empty() {
+    if outputs.iter().all(|o| o.done.is_empty()) {
         bail!("every mode failed");
     }
     for t in targets.values() {
@@ -367,49 +384,41 @@ pub fn run(args: UsageArgs, quiet: bool) -> Result<i32> {
         }
     }
 
-    results::fill_baselines(&mut launches);
-    let mode_names: Vec<String> = done.iter().map(|m| m.name().to_string()).collect();
-    let totals = results::totals(&mode_names, &launches, &boot_results, &samples);
-    let res = UsageResults {
-        machine,
-        testbed: crate::testbed::inner().map(|t| t.info.clone()),
-        settings: UsageSettings {
-            suite: args.suite.display().to_string(),
-            log_source: source,
-            boots: boots.len(),
-            train_boots: train,
-            modes: mode_names,
-            learn: if args.learn_all { "all" } else { "allow-list" }.into(),
-            disks,
-            sequence_gap_s: Some(args.sequence_gap),
-        },
-        log: log::to_steps(&boots),
-        launches,
-        boots: boot_results,
-        samples,
-        totals,
+    let settings = |done: &[Mode]| UsageSettings {
+        suite: args.suite.display().to_string(),
+        log_source: source.clone(),
+        boots: boots.len(),
+        train_boots: train,
+        // In the order asked, whatever order they ran in.
+        modes: modes
+            .iter()
+            .filter(|m| done.contains(m))
+            .map(|m| m.name().to_string())
+            .collect(),
+        learn: if args.learn_all { "all" } else { "allow-list" }.into(),
+        disks: disks.clone(),
+        sequence_gap_s: Some(args.sequence_gap),
     };
-    print!("{}", results::render(&res));
-    if let Some(p) = &args.json {
-        crate::export::write_file(p, |b| {
-            serde_json::to_writer_pretty(&mut *b, &res)?;
-            b.push(b'\n');
-            Ok(())
-        })?;
-    }
-    if let Some(p) = &args.export_markdown {
-        crate::export::write_file(p, |b| {
-            b.extend_from_slice(results::render_markdown(&res).as_bytes());
-            Ok(())
-        })?;
-    }
-    if let Some(dir) = &args.plot {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        let p = dir.join("usage-timeline.svg");
-        plot::timeline(&res, &p)?;
-        if !quiet {
-            eprintln!("warmstart: wrote {}", p.display());
-        }
+    let mut results: Vec<UsageResults> = outputs
+        .into_iter()
+        .filter(|o| !o.done.is_empty())
+        .map(|o| {
+            let set = settings(&o.done);
+            o.results(&machine, set, &boots)
+        })
+        .collect();
+    if runs == 1 {
+        write_results(&args, &results.remove(0), quiet)?;
+    } else {
+        let summary = runs::summarize(&results);
+        write_runs(
+            &args,
+            &runs::UsageRuns {
+                runs: results,
+                summary,
+            },
+            quiet,
+        )?;
     }
     if !failed.is_empty() {
         eprintln!("warmstart: failed modes: {}", failed.join(", "));

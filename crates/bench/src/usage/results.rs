@@ -417,7 +417,7 @@ fn has_goals(r: &UsageResults) -> bool {
         .any(|s| matches!(s, Step::Login { .. } | Step::Evict { .. }))
 }
 
-fn text_table(head: &[String], rows: &[Vec<String>]) -> String {
+pub(crate) fn text_table(head: &[String], rows: &[Vec<String>]) -> String {
     let mut w: Vec<usize> = head.iter().map(|h| h.chars().count()).collect();
     for r in rows {
         for (i, c) in r.iter().enumerate() {
@@ -439,7 +439,7 @@ fn text_table(head: &[String], rows: &[Vec<String>]) -> String {
     out
 }
 
-fn md_table(head: &[String], rows: &[Vec<String>]) -> String {
+pub(crate) fn md_table(head: &[String], rows: &[Vec<String>]) -> String {
     let mut out = format!("| {} |\n", head.join(" | "));
     out += &format!("|{}\n", "---|".repeat(head.len()));
     for r in rows {
@@ -547,4 +547,4 @@ pub fn render_markdown(r: &UsageResults) -> String {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

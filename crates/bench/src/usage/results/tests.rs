@@ -197,7 +197,7 @@ fn gaps_over_startup_sequences_and_evictions() {
     assert_eq!(gap_over(std::iter::empty()), None);
 }
 
-fn results(log: Vec<Step>, launches: Vec<LaunchResult>) -> UsageResults {
+pub(crate) fn results(log: Vec<Step>, launches: Vec<LaunchResult>) -> UsageResults {
     let modes: Vec<String> = ["none", "predict", "warm"].map(String::from).to_vec();
     let totals = totals(&modes, &launches, &[], &[]);
     UsageResults {
