@@ -343,13 +343,16 @@ pub fn run_inside(
             .context("waiting for the harness in the testbed")
     })?;
 
-    // Ctrl-C reaches the harness inside too, and it dies of it first: the
-    // testbed's signal handler is tearing the testbed down in this process
-    // and will end it. Tearing down here as well would find nothing left to
-    // do and exit while the handler is half-way, so give it the time.
+    // Ctrl-C reaches the harness inside too, and it dies of it first; a
+    // signal to this process alone makes the testbed's handler end the
+    // harness. Either way the handler is tearing the testbed down and will
+    // end this process: tearing down here waits for it.
     if let Some(sig) = std::os::unix::process::ExitStatusExt::signal(&status) {
         if [libc::SIGINT, libc::SIGTERM, libc::SIGHUP].contains(&sig) {
-            std::thread::sleep(std::time::Duration::from_secs(30));
+            // (What the harness left in the image is removed by the next
+            // run, as a killed run's.)
+            tb.teardown().context("tearing the testbed down")?;
+            return Ok(128 + sig);
         }
     }
     let copied = copy_out(&out_host);

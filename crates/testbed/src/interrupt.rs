@@ -9,7 +9,9 @@
 //! itself should drop its testbeds before exiting; this handler would
 //! otherwise end the process first.
 
+use std::cell::Cell;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Once};
 
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
@@ -27,6 +29,28 @@ static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
     cache_dirs: Vec::new(),
 });
 static INSTALL: Once = Once::new();
+/// Set when a signal arrived: the handler is tearing down and will end
+/// the process.
+static ENDING: AtomicBool = AtomicBool::new(false);
+
+thread_local! {
+    /// Whether this thread is the handler's.
+    static HANDLER: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Called after a teardown by any thread: while the handler is ending the
+/// process, a thread other than the handler's waits for that end instead
+/// of returning. The program's own teardown, racing the handler's, would
+/// otherwise let the process exit with the program's status, or exit
+/// while the handler is still unmounting through a device model this
+/// process serves.
+pub(crate) fn wait_while_ending() {
+    if ENDING.load(Ordering::SeqCst) && !HANDLER.with(Cell::get) {
+        loop {
+            std::thread::park();
+        }
+    }
+}
 
 /// Installs the handler (once per process; later calls do nothing).
 pub fn install() {
@@ -37,7 +61,9 @@ pub fn install() {
         let _ = std::thread::Builder::new()
             .name("testbed-signals".into())
             .spawn(move || {
+                HANDLER.with(|h| h.set(true));
                 if let Some(sig) = signals.forever().next() {
+                    ENDING.store(true, Ordering::SeqCst);
                     teardown_all();
                     let _ = signal_hook::low_level::emulate_default_handler(sig);
                     std::process::exit(128 + sig);

@@ -40,6 +40,7 @@ pub mod cleanup;
 pub mod fio;
 pub mod fuse;
 pub mod image;
+mod inside;
 pub mod interrupt;
 pub mod profile;
 pub mod sys;
@@ -253,6 +254,8 @@ pub(crate) struct Active {
 
 pub(crate) struct Attached {
     root: PathBuf,
+    /// The device number of the image's filesystem, mounted at `root`.
+    fs_dev: Option<u64>,
     loop_dev: PathBuf,
     fuse: Option<fuse::ModelMount>,
 }
@@ -260,21 +263,36 @@ pub(crate) struct Attached {
 static NEXT_ID: AtomicU32 = AtomicU32::new(0);
 
 impl Active {
-    /// Unmounts, detaches and stops the device model; idempotent.
+    /// Ends the processes inside (see [`inside`]), then unmounts,
+    /// detaches and stops the device model; idempotent.
+    ///
+    /// Held locked throughout: a second caller (the program's own
+    /// teardown, racing the interrupt handler's) waits for the first to
+    /// finish, and then for the handler to end the process
+    /// ([`interrupt::wait_while_ending`]). The last unmount writes the
+    /// filesystem back through the device model, served by this process's
+    /// threads: a process that exited meanwhile left that write waiting on
+    /// them forever.
     pub(crate) fn teardown(&self) -> Result<(), Error> {
-        let taken = self
-            .attached
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        let Some(mut a) = taken else {
+        let r = self.teardown_locked();
+        interrupt::wait_while_ending();
+        r
+    }
+
+    fn teardown_locked(&self) -> Result<(), Error> {
+        let mut attached = self.attached.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(a) = attached.as_mut() else {
             return Ok(());
         };
+        if let Some(dev) = a.fs_dev {
+            inside::end_processes_on(dev);
+        }
         let unmounted = sys::unmount(&a.root);
         let detached = sys::loop_detach(&a.loop_dev);
         if let Some(f) = a.fuse.as_mut() {
             f.unmount();
         }
+        *attached = None;
         cleanup::remove_run_dir(&self.run_dir);
         unmounted.and(detached)
     }
@@ -357,6 +375,10 @@ impl Testbed {
         }
         *active.attached.lock().unwrap_or_else(|e| e.into_inner()) = Some(Attached {
             root: root.clone(),
+            fs_dev: fs::metadata(&root).ok().map(|m| {
+                use std::os::unix::fs::MetadataExt;
+                m.dev()
+            }),
             loop_dev: loop_dev.clone(),
             fuse: guard_fuse.0.take(),
         });
@@ -461,7 +483,8 @@ impl Testbed {
     /// tmpfs on `/tmp` and `/run`, and the spec's `binds`; its working
     /// directory is `/`. The program is looked up in `PATH` inside the
     /// chroot. Its mounts vanish with its namespace when it and its
-    /// children exit.
+    /// children exit; whatever still runs inside when the testbed is torn
+    /// down is ended first (SIGTERM, then SIGKILL after 5 s).
     pub fn command<I, S>(&self, argv: I) -> Command
     where
         I: IntoIterator<Item = S>,
