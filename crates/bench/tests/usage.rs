@@ -7,6 +7,11 @@
 
 use std::path::Path;
 use std::process::Command;
+use std::sync::Mutex;
+
+/// One replay at a time: each refuses to start beside another's daemon
+/// (a prefetcher it did not start would warm its launches).
+static SERIAL: Mutex<()> = Mutex::new(());
 
 /// A Python launch reading a few MiB of modules: long enough (tens of
 /// milliseconds warm) for the daemon to follow it.
@@ -29,6 +34,7 @@ fn root_usage_replays_a_log_in_every_mode() {
     if !warmstart_testing::require_root("root_usage_replays_a_log_in_every_mode") {
         return;
     }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     if !Path::new("/usr/bin/python3").exists() {
         warmstart_testing::skip(
             "root_usage_replays_a_log_in_every_mode",
@@ -231,6 +237,7 @@ fn root_usage_reports_a_failing_program_by_mode() {
     if !warmstart_testing::require_root("root_usage_reports_a_failing_program_by_mode") {
         return;
     }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let d = tempfile::tempdir_in("/var/tmp").unwrap();
     let suite = d.path().join("suite.toml");
     std::fs::write(
@@ -269,6 +276,7 @@ fn root_usage_runs_the_log_again_and_gives_the_spread() {
     if !warmstart_testing::require_root("root_usage_runs_the_log_again_and_gives_the_spread") {
         return;
     }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     if !Path::new("/usr/bin/python3").exists() {
         warmstart_testing::skip(
             "root_usage_runs_the_log_again_and_gives_the_spread",

@@ -138,8 +138,9 @@ pub fn render(r: &UsageRuns) -> String {
         out += &format!("Run {} of {n}\n{}\n", i + 1, results::render(run));
     }
     let (h, rows) = summary_rows(r);
+    let runs = if n == 1 { "run" } else { "runs" };
     out + &format!(
-        "Over {n} runs:\n{}\n{SPREAD_NOTE}\n",
+        "Over {n} {runs}:\n{}\n{SPREAD_NOTE}\n",
         results::text_table(&h, &rows)
     )
 }
@@ -148,8 +149,9 @@ pub fn render(r: &UsageRuns) -> String {
 pub fn render_markdown(r: &UsageRuns) -> String {
     let n = r.runs.len();
     let (h, rows) = summary_rows(r);
+    let runs = if n == 1 { "run" } else { "runs" };
     let mut out = format!(
-        "## Usage log, over {n} runs\n\n{}\n{SPREAD_NOTE}\n\n",
+        "## Usage log, over {n} {runs}\n\n{}\n{SPREAD_NOTE}\n\n",
         results::md_table(&h, &rows)
     );
     for (i, run) in r.runs.iter().enumerate() {
