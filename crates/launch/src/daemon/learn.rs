@@ -279,20 +279,13 @@ fn record_launch(
     // The report first: whoever sees the launch counted in the profile
     // finds this launch's report.
     // Neither is synced when only counters changed, as `warmstart run`
-    // saves them (`Store::save_counts`): four `fsync`s a launch sent the
-    // disk writes between launches, and took 5% of the daemon's CPU.
+    // saves them: four `fsync`s a launch sent the disk writes between
+    // launches, and took 5% of the daemon's CPU.
     let json = serde_json::to_vec_pretty(&report).expect("serializes");
     let _ = std::fs::create_dir_all(store.dir(&f.name));
     let _ = store::write_replace(&store.dir(&f.name).join("last-launch.json"), &json);
-    let counts_only = report.phase_before == Phase::Prefetching
-        && prof.phase == Phase::Prefetching
-        && report.compiled.is_none();
     cache.put(&prof, plan);
-    if counts_only {
-        store.save_counts(&mut prof)?;
-    } else {
-        store.save(&mut prof)?;
-    }
+    crate::manager::save_after_launch(store, &mut prof, &report)?;
     cache.written(store, &f.name);
     let _ = writeln!(
         log,

@@ -177,6 +177,25 @@ pub struct LaunchReport {
     pub(crate) started_at: Option<Instant>,
 }
 
+/// Saves a profile after a launch. Only counters changed for a prefetched
+/// launch that kept its plan: saved without syncing
+/// ([`Store::save_counts`]), so that neither `run`'s caller nor the
+/// daemon's next launch waits for the disk.
+pub(crate) fn save_after_launch(
+    store: &Store,
+    prof: &mut Profile,
+    report: &LaunchReport,
+) -> Result<(), Error> {
+    let counts_only = report.phase_before == Phase::Prefetching
+        && prof.phase == Phase::Prefetching
+        && report.compiled.is_none();
+    if counts_only {
+        store.save_counts(prof)
+    } else {
+        store.save(prof)
+    }
+}
+
 impl LaunchReport {
     pub fn new(profile: &str, phase: Phase) -> LaunchReport {
         LaunchReport {
@@ -551,16 +570,7 @@ fn run_named<const RECORDER: bool>(
     report.wall_ms = start.elapsed().as_secs_f64() * 1e3;
     // The launch has happened: a profile that cannot be saved (a full or
     // read-only disk) is reported, and the command's status still returned.
-    // Only counters changed for a prefetched launch that kept its plan:
-    // saved without making the caller wait for the disk.
-    let counts_only = report.phase_before == Phase::Prefetching
-        && prof.phase == Phase::Prefetching
-        && report.compiled.is_none();
-    let saved = if counts_only {
-        store.save_counts(&mut prof)
-    } else {
-        store.save(&mut prof)
-    };
+    let saved = save_after_launch(&store, &mut prof, &report);
     if let Err(e) = saved {
         eprintln!("warmstart: could not save the profile: {e}");
     }
