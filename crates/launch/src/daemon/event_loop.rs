@@ -227,7 +227,7 @@ impl<S: EventSource> Loop<S> {
             }
         }
         self.update_quiet();
-        self.publish();
+        self.publish(drops);
         Ok(())
     }
 
@@ -731,12 +731,13 @@ impl<S: EventSource> Loop<S> {
         }
     }
 
-    /// The status the control thread answers with.
-    fn publish(&mut self) {
+    /// The status the control thread answers with; `drops`, the recorder's
+    /// lost events as this step read them (each read sums a per-CPU map).
+    fn publish(&mut self, drops: u64) {
         let st = &mut self.status;
         st.uptime_s = self.started.elapsed().as_secs_f64();
         st.active_sessions = self.sessions.len();
-        st.drops = self.src.drops();
+        st.drops = drops;
         st.execs_quieted = self.src.quieted();
         st.exec_to_replay_us = self.latencies.percentiles();
         st.exec_to_first_request_us = self.first_requests.percentiles();
