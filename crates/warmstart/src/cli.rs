@@ -168,7 +168,7 @@ pub enum Command {
     Status(StatusArgs),
     /// Forget a profile: its traces, plan and statistics.
     #[command(after_help = "EXAMPLES:\n  \
-        warmstart forget python3-1a2b3c4d\n  \
+        warmstart forget python3-u0-d8f5102e5b09440d089cd2149f7faf33\n  \
         warmstart forget --all\n\n\
         With the daemon running, forgetting goes through it, so a launch it is following\n\
         cannot bring the profile back. Policy is untouched: a program the daemon learns is\n\
@@ -189,7 +189,7 @@ pub enum Command {
     Learn(LearnArgs),
     /// Export a profile's plan for other machines with the same files.
     #[command(after_help = "EXAMPLES:\n  \
-        warmstart export gimp-1a2b3c4d -o gimp.wsplan\n  \
+        warmstart export gimp-u0-9d2c0e7a41b35f68c1e0a7d4b2f95e13 -o gimp.wsplan\n  \
         zcat gimp.wsplan | jq '.files[] | .path'    # what it makes machines read\n\n\
         Files are named by path, size and a SHA-256 of the bytes the plan reads (not by\n\
         inode), so the plan holds on every machine with the same files. Metadata block\n\
@@ -207,7 +207,7 @@ pub enum Command {
     Import(ImportArgs),
     /// Push a profile's plan to an OCI registry.
     #[command(after_help = "EXAMPLES:\n  \
-        warmstart push gimp-1a2b3c4d registry.example/warmstart/gimp:2.10\n  \
+        warmstart push gimp-u0-9d2c0e7a41b35f68c1e0a7d4b2f95e13 registry.example/warmstart/gimp:2.10\n  \
         oras manifest fetch registry.example/warmstart/gimp:2.10\n\n\
         Stored as an OCI artifact (artifactType application/vnd.warmstart.plan.v1, one layer\n\
         application/vnd.warmstart.plan.v1+gzip). Prints the manifest digest to pin pulls with.\n\
@@ -261,7 +261,7 @@ pub struct ImportTarget {
     /// The state directory [default: the daemon's, else `state_dir` of the config for root, else the user's].
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
-    /// The daemon's control socket [default: `socket` of /etc/warmstart/config.toml, else /run/warmstart.sock].
+    /// The daemon's control socket [default: `socket` of /etc/warmstart/config.toml, else /run/warmstart/warmstart.sock].
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
 }
@@ -324,7 +324,7 @@ pub struct ChangedArgs {
     /// The state directory [default: the daemon's, else `state_dir` of the config for root, else the user's].
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
-    /// The daemon's control socket [default: `socket` of /etc/warmstart/config.toml, else /run/warmstart.sock].
+    /// The daemon's control socket [default: `socket` of /etc/warmstart/config.toml, else /run/warmstart/warmstart.sock].
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
 }
@@ -402,7 +402,7 @@ pub struct ReplayArgs {
     /// gives up sooner on pages that stay absent for 5 s without progress.
     #[arg(long)]
     pub wait: bool,
-    /// Worker threads issuing requests, 1 to 64 [default: 2 when the plan's metadata is read from its block devices, else 8].
+    /// Worker threads issuing requests, 1 to 64 [default: one, and a spare while an open waits on the disk, when the plan's metadata is read from its block devices and the replay is not waited for; else 8].
     #[arg(long)]
     pub workers: Option<usize>,
     /// I/O priority of the replay: idle, or be:0..7.
@@ -450,7 +450,7 @@ pub struct RunArgs {
     /// Audit prefetched launches with the recorder: exact miss ratio (costs a BPF load per launch).
     #[arg(long)]
     pub audit: bool,
-    /// Replay worker threads, 1 to 64 [default: 2 when the plan's metadata is read from its block devices, else 8].
+    /// Replay worker threads, 1 to 64 [default: one, and a spare while an open waits on the disk, when the plan's metadata is read from its block devices; else 8].
     #[arg(long)]
     pub workers: Option<usize>,
     /// CPUs the replay runs on: one (the last CPU, leaving the others to the application), all, idle (any CPU nothing else wants: idle scheduling priority; for launches that keep every CPU busy, such as a JVM's), or a list such as 0,2-3.
@@ -530,7 +530,7 @@ pub struct StatusArgs {
     /// The daemon's control socket [default: `socket` of /etc/warmstart/config.toml, else /run/warmstart/warmstart.sock].
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
-    /// Print one JSON document: `{"daemon": STATUS or null, "profiles": [...]}`.
+    /// Print one JSON document: `{"daemon": STATUS or null, "profiles": [...], "metadata": {"devices": [...], "unreadable_plans": [...]}}`.
     #[arg(long)]
     pub json: bool,
 }

@@ -149,7 +149,8 @@ pub struct UsageArgs {
     #[arg(long, value_name = "FILE")]
     pub export_markdown: Option<PathBuf>,
     /// Write the timeline (page cache, preloads' memory and budget,
-    /// launches) of every mode as DIR/usage-timeline.svg.
+    /// launches) of every mode as DIR/usage-timeline.svg
+    /// (usage-timeline-runK.svg for each run with --runs N > 1).
     #[arg(long, value_name = "DIR")]
     pub plot: Option<PathBuf>,
     /// A TOML file of daemon settings (config.toml keys) added to every

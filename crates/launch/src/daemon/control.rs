@@ -334,9 +334,10 @@ pub(super) fn socket_ino(socket: &Path) -> Option<u64> {
         .map(|m| m.ino())
 }
 
-/// Creates the socket's directory when it is missing: 0700, as systemd's
-/// `RuntimeDirectory=warmstart` makes it, so that nobody else can even
-/// look up the socket. An existing directory is left as it is (`/run`).
+/// Creates the socket's directory when it is missing: 0700, so that nobody
+/// else can even look up the socket. An existing directory is left as it
+/// is (`/run`, or systemd's `RuntimeDirectory=warmstart`, 0755 in the
+/// unit; the socket itself is 0600 and answers root only).
 pub(super) fn socket_dir(socket: &Path) -> Result<(), Error> {
     use std::os::unix::fs::DirBuilderExt;
     let Some(dir) = socket.parent().filter(|d| !d.as_os_str().is_empty()) else {
