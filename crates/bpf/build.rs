@@ -30,6 +30,7 @@ fn main() {
     for f in [
         "src/bpf/record.bpf.c",
         "src/bpf/path.bpf.h",
+        "src/bpf/compat.bpf.h",
         "src/bpf/intf.h",
         "src/bpf/waits.bpf.c",
         "src/bpf/waits.h",

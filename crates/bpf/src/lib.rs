@@ -5,6 +5,8 @@
 //! this module never compares kernel versions.
 
 mod event;
+pub mod kernel;
+mod loadlog;
 pub mod probe;
 mod tracefs;
 pub mod waits;
@@ -20,6 +22,7 @@ use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, RingBuffer, RingBufferBuilder};
 
 pub use event::{split_cmdline, Event, FileInfo, PageKind, PathOpKind, WsPath};
+pub use kernel::Kernel;
 pub use tracefs::{ensure_tracefs, tracefs_root};
 pub use waits::{WaitEvent, WaitKind, WaitTracer};
 
@@ -53,14 +56,29 @@ const RECORDED_COUNT: u64 = 0xffff_ffff;
 /// Why the recorder could not start. Each variant says what is missing.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error(
-        "loading BPF needs root or CAP_BPF+CAP_PERFMON (run as root, or use --backend mincore)"
-    )]
-    Permission,
+    #[error("loading BPF needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN), which {}",
+        if *as_root { "this root process lacks: its bounding set leaves them out (a container, a sandboxed service)" }
+        else { "need root (run as root, or use --backend mincore)" })]
+    Permission { as_root: bool },
     #[error("tracefs is not available at /sys/kernel/tracing and could not be mounted: {0}")]
     Tracefs(std::io::Error),
     #[error("this kernel lacks tracepoint {0} which the recorder needs")]
     MissingTracepoint(String),
+    #[error("{kernel} has no BTF (/sys/kernel/btf/vmlinux): the recorder's programs need it (CONFIG_DEBUG_INFO_BTF)")]
+    NoBtf { kernel: String },
+    /// Loading failed although this process may load BPF: the kernel
+    /// refused a program (its verifier, a missing hook or helper).
+    #[error("BPF {stage} failed on {kernel}{}: {source}{}",
+        program.as_ref().map(|p| format!(", program {p}")).unwrap_or_default(),
+        detail.as_ref().map(|d| format!(" ({d})")).unwrap_or_default())]
+    Load {
+        stage: &'static str,
+        kernel: String,
+        program: Option<String>,
+        detail: Option<String>,
+        #[source]
+        source: libbpf_rs::Error,
+    },
     #[error("BPF {stage} failed: {source}")]
     Bpf {
         stage: &'static str,
@@ -69,12 +87,38 @@ pub enum Error {
     },
 }
 
+impl Error {
+    /// This process may not load BPF: says whether it is root all the same.
+    pub fn permission() -> Error {
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        Error::Permission {
+            as_root: unsafe { libc::geteuid() } == 0,
+        }
+    }
+}
+
+/// For failures after loading (map updates, polls).
 fn bpf_err(stage: &'static str) -> impl FnOnce(libbpf_rs::Error) -> Error {
+    move |source| Error::Bpf { stage, source }
+}
+
+/// For opening, loading and attaching: a process that may load BPF and is
+/// refused anyway is told what the kernel refused, never to become root.
+pub(crate) fn load_err<'a>(
+    stage: &'static str,
+    log: &'a loadlog::Capture,
+) -> impl FnOnce(libbpf_rs::Error) -> Error + 'a {
     move |source| {
-        if matches!(source.kind(), libbpf_rs::ErrorKind::PermissionDenied) {
-            Error::Permission
-        } else {
-            Error::Bpf { stage, source }
+        if !probe::privileged() {
+            return Error::permission();
+        }
+        let (program, detail) = log.culprit();
+        Error::Load {
+            stage,
+            kernel: Kernel::running().describe(),
+            program,
+            detail,
+            source,
         }
     }
 }
@@ -140,10 +184,39 @@ impl RecordedCount {
 impl Recorder {
     /// Loads and attaches the recorder. Nothing is recorded until a pid is
     /// [`track`](Self::track)ed.
+    ///
+    /// Each program comes in the variant the running kernel takes
+    /// ([`Kernel::wants`]). Where no tracepoint reports pages used from
+    /// the cache, fentry programs stand in; a kernel that refuses them
+    /// (this one may allow tracepoints only) is loaded again without, and
+    /// [`disabled`](Self::disabled) says what was left out and why.
     pub fn start(opts: Options) -> Result<Self, Error> {
+        let kernel = Kernel::running();
         if !probe::privileged() {
-            return Err(Error::Permission);
+            return Err(Error::permission());
         }
+        if !kernel.btf {
+            return Err(Error::NoBtf {
+                kernel: kernel.release.clone(),
+            });
+        }
+        let fentry = opts.uses && !kernel.has_use_tracepoints();
+        if !fentry {
+            return Self::load(opts, kernel, false);
+        }
+        match Self::load(opts, kernel, true) {
+            Ok(r) => Ok(r),
+            Err(e) => {
+                let mut r = Self::load(opts, kernel, false)?;
+                r.disabled
+                    .push(format!("page uses from fentry (refused: {e})"));
+                Ok(r)
+            }
+        }
+    }
+
+    fn load(opts: Options, kernel: &Kernel, fentry: bool) -> Result<Self, Error> {
+        let log = loadlog::Capture::start();
         // The open object must outlive the skeleton, which borrows it; a
         // recorder lives for a whole recording (or the daemon's life), so
         // leaking this small allocation is the simple, sound choice.
@@ -151,7 +224,7 @@ impl Recorder {
             Box::leak(Box::new(MaybeUninit::uninit()));
         let mut open = RecordSkelBuilder::default()
             .open(obj)
-            .map_err(bpf_err("open"))?;
+            .map_err(load_err("open", &log))?;
         let rodata = open
             .maps
             .rodata_data
@@ -164,13 +237,21 @@ impl Recorder {
         let mut disabled = Vec::new();
         for mut prog in open.open_object_mut().progs_mut() {
             let section = prog.section().to_string_lossy().into_owned();
+            let name = prog.name().to_string_lossy().into_owned();
+            if !kernel.wants(&name, fentry) {
+                prog.set_autoload(false);
+                continue;
+            }
             let required = section.contains("mm_filemap_add_to_page_cache")
                 || section.starts_with("tp_btf/sched_process");
             // A program that would return at once is not attached at all:
             // sys_enter/sys_exit run on every system call of the machine.
             let unwanted =
                 (!opts.namespace && !opts.watch_exec && section.starts_with("tp_btf/sys_"))
-                    || (!opts.uses && !required && section.starts_with("tp_btf/mm_filemap_"));
+                    || (!opts.uses
+                        && !required
+                        && (section.starts_with("tp_btf/mm_filemap_")
+                            || section.starts_with("fentry/")));
             if unwanted {
                 prog.set_autoload(false);
                 continue;
@@ -183,7 +264,7 @@ impl Recorder {
                 disabled.push(section);
             }
         }
-        let mut skel = open.load().map_err(bpf_err("load"))?;
+        let mut skel = open.load().map_err(load_err("load", &log))?;
         let recorded_n = RecordedCount(NonNull::from(
             &mut skel
                 .maps
@@ -192,7 +273,8 @@ impl Recorder {
                 .expect("record.bpf.c has a mapped .bss")
                 .recorded_n,
         ));
-        skel.attach().map_err(bpf_err("attach"))?;
+        skel.attach().map_err(load_err("attach", &log))?;
+        drop(log);
 
         let (tx, rx) = mpsc::channel();
         let stopped = Arc::new(AtomicBool::new(false));

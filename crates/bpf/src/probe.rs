@@ -5,15 +5,14 @@ use std::path::Path;
 
 use crate::tracefs::tracefs_root;
 
-/// Whether this process may load BPF programs (root, or CAP_BPF with CAP_PERFMON).
+/// Whether this process may load BPF programs: CAP_BPF with CAP_PERFMON,
+/// or CAP_SYS_ADMIN, in its effective set. Root is asked too: a root whose
+/// bounding set lacks them (a sandboxed unit, a container) may not.
 pub fn privileged() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } == 0 {
-        return true;
-    }
     // CapEff bits: CAP_PERFMON = 38, CAP_BPF = 39, CAP_SYS_ADMIN = 21.
     let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
-        return false;
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        return unsafe { libc::geteuid() } == 0;
     };
     status
         .lines()

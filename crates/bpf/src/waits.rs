@@ -127,29 +127,37 @@ impl WaitTracer {
     /// root is [`track`](Self::track)ed.
     pub fn start(replay_tgid: u32) -> Result<Self, Error> {
         if !probe::privileged() {
-            return Err(Error::Permission);
+            return Err(Error::permission());
         }
         // The open object must outlive the skeleton, which borrows it; one
         // tracer per breakdown launch, so leaking it is the simple, sound
         // choice (as for the recorder).
         let obj: &'static mut MaybeUninit<libbpf_rs::OpenObject> =
             Box::leak(Box::new(MaybeUninit::uninit()));
+        let log = crate::loadlog::Capture::start();
+        let kernel = crate::Kernel::running();
         let mut open = WaitsSkelBuilder::default()
             .open(obj)
-            .map_err(bpf_err("open"))?;
+            .map_err(crate::load_err("open", &log))?;
         open.maps
             .rodata_data
             .as_deref_mut()
             .expect("waits.bpf.c has read-only data")
             .replay_tgid = replay_tgid;
-        for prog in open.open_object_mut().progs_mut() {
+        for mut prog in open.open_object_mut().progs_mut() {
             let section = prog.section().to_string_lossy().into_owned();
+            let name = prog.name().to_string_lossy().into_owned();
+            if !kernel.wants(&name, false) {
+                prog.set_autoload(false);
+                continue;
+            }
             if !probe::hook_available(&section) {
                 return Err(Error::MissingTracepoint(section));
             }
         }
-        let mut skel = open.load().map_err(bpf_err("load"))?;
-        skel.attach().map_err(bpf_err("attach"))?;
+        let mut skel = open.load().map_err(crate::load_err("load", &log))?;
+        skel.attach().map_err(crate::load_err("attach", &log))?;
+        drop(log);
         let (tx, rx) = mpsc::channel();
         let mut builder = RingBufferBuilder::new();
         builder

@@ -78,8 +78,35 @@ static long walk_step(u64 i, struct walk_ctx *c)
 	return 0;
 }
 
-/* Fills the scratch record's file part; NULL if there is nothing to send. */
-static __always_inline struct ev_exec *fill_file(u32 kind, struct file *f)
+/* The walk's state for kernels without bpf_loop (before 5.17). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct walk_ctx);
+} walk_state SEC(".maps");
+
+/*
+ * One step of the walk in `walk_state`: a global function, which the
+ * verifier checks once on its own (5.6 and later) rather than at each of
+ * the bounded loop's iterations, as it would an inlined or static one.
+ */
+__attribute__((noinline)) int ws_walk_next(void)
+{
+	u32 zero = 0;
+	struct walk_ctx *c = bpf_map_lookup_elem(&walk_state, &zero);
+
+	if (!c)
+		return 1;
+	return walk_step(0, c) ? 1 : 0;
+}
+
+/*
+ * Fills the scratch record's file part; NULL if there is nothing to send.
+ * `loop`: walk with bpf_loop (5.17 and later), else with a bounded loop
+ * over ws_walk_next(); a constant in each program.
+ */
+static __always_inline struct ev_exec *fill_file(u32 kind, struct file *f, bool loop)
 {
 	u32 zero = 0;
 	struct ev_exec *x;
@@ -93,7 +120,8 @@ static __always_inline struct ev_exec *fill_file(u32 kind, struct file *f)
 	e = &x->file;
 	struct inode *inode = BPF_CORE_READ(f, f_inode);
 	struct vfsmount *vfsmnt = BPF_CORE_READ(f, f_path.mnt);
-	struct task_struct *task = bpf_get_current_task_btf();
+	/* Not bpf_get_current_task_btf(), which is 5.11 and later. */
+	struct task_struct *task = (void *)bpf_get_current_task();
 	struct walk_ctx c = {
 		.dentry = BPF_CORE_READ(f, f_path.dentry),
 		.mnt = (void *)vfsmnt - bpf_core_field_offset(struct mount, mnt),
@@ -107,7 +135,19 @@ static __always_inline struct ev_exec *fill_file(u32 kind, struct file *f)
 	e->mode = BPF_CORE_READ(inode, i_mode);
 	e->size = BPF_CORE_READ(inode, i_size);
 	/* budget: every component plus a few mount crossings */
-	bpf_loop(WS_PATH_MAX_DEPTH + 16, walk_step, &c, 0);
+	if (loop) {
+		bpf_loop(WS_PATH_MAX_DEPTH + 16, walk_step, &c, 0);
+	} else {
+		struct walk_ctx *w = bpf_map_lookup_elem(&walk_state, &zero);
+		if (!w)
+			return NULL;
+		*w = c;
+#pragma clang loop unroll(disable)
+		for (int i = 0; i < WS_PATH_MAX_DEPTH + 16; i++)
+			if (ws_walk_next())
+				break;
+		c = *w;
+	}
 	e->path.depth = c.depth;
 	e->path.truncated = c.truncated || (!c.at_root && c.dentry != c.mnt_root);
 	return x;

@@ -23,12 +23,20 @@
  *     stat/lstat/statx/access/readlink and failed opens, with the path as given.
  *   - directory reads (getdents64), resolved like opens.
  *
- * Why these hooks. They are stable tracepoints: no kernel patch, no kprobes
- * (refused on our target kernels). All are BTF tracepoints (tp_btf/): they
- * need no tracefs, pass the kernel's own objects (folio, mapping, task), and
- * detach without the RCU grace period each classic tracepoint waits for on
- * close (~70 ms apiece here: seconds per recording with one per syscall).
- * Path syscalls come through the raw_syscalls pair, filtered by number.
+ * Why these hooks. They are stable tracepoints: no kernel patch. All are
+ * BTF tracepoints (tp_btf/): they need no tracefs, pass the kernel's own
+ * objects (folio, mapping, task), and detach without the RCU grace period
+ * each classic tracepoint waits for on close (~70 ms apiece: seconds per
+ * recording with one per syscall). Path syscalls come through the
+ * raw_syscalls pair, filtered by number.
+ *
+ * Kernels before today's. Where a hook's arguments or a helper changed,
+ * the program comes in variants, and user space (crates/bpf/src/kernel.rs)
+ * loads the one the running kernel's BTF fits: sched_process_exit without
+ * group_dead (before 6.16), path walks and argv copies without bpf_loop
+ * (before 5.17), and page uses from fentry on the page cache's own
+ * functions where the mm_filemap_get_pages/map_pages/fault tracepoints do
+ * not exist (before 6.12). Layout differences are CO-RE (compat.bpf.h).
  *
  * What it cannot see. Files the kernel opens by itself (the ELF interpreter
  * loaded by exec) have no open event: user space resolves those from the
@@ -42,6 +50,7 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 #include "intf.h"
+#include "compat.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -312,22 +321,19 @@ static __always_inline u32 mapping_dev(struct address_space *mapping, u64 *ino)
 	return sb ? BPF_CORE_READ(sb, s_dev) : BPF_CORE_READ(host, i_rdev);
 }
 
+/* A folio from 5.16, a page before: see cached_pages(). */
 SEC("tp_btf/mm_filemap_add_to_page_cache")
-int BPF_PROG(handle_add, struct folio *folio)
+int BPF_PROG(handle_add, void *folio)
 {
-	unsigned long flags = 0;
-	u64 ino, count = 1;
+	struct address_space *mapping = NULL;
+	u64 ino, index = 0, count;
 	u32 dev;
 
 	if (!is_recorded())
 		return 0;
-	dev = mapping_dev(BPF_CORE_READ(folio, mapping), &ino);
-	/* folio_order(): a large folio has PG_head set and its order in the
-	 * low byte of _flags_1. The flags word is the first of struct folio. */
-	bpf_probe_read_kernel(&flags, sizeof(flags), folio);
-	if (flags & (1UL << bpf_core_enum_value(enum pageflags, PG_head)))
-		count = 1ULL << (BPF_CORE_READ(folio, _flags_1) & 31);
-	emit_page(EV_PAGE_ADD, dev, ino, BPF_CORE_READ(folio, index), count);
+	count = cached_pages(folio, &mapping, &index);
+	dev = mapping_dev(mapping, &ino);
+	emit_page(EV_PAGE_ADD, dev, ino, index, count);
 	return 0;
 }
 
@@ -370,6 +376,75 @@ int BPF_PROG(handle_fault, struct address_space *mapping, unsigned long index)
 	return 0;
 }
 
+/*
+ * Page uses before 6.12, which has no tracepoint for them: fentry on the
+ * functions those tracepoints sit in. A read() is taken as the pages it
+ * asks for up to the end of the file (filemap_get_pages is static and may
+ * be inlined; its callers are not); faults and fault-around as the
+ * tracepoints report them. Loaded only where the tracepoints are missing.
+ */
+static __always_inline void read_use(struct kiocb *iocb, struct iov_iter *iter)
+{
+	struct file *f = BPF_CORE_READ(iocb, ki_filp);
+	struct address_space *mapping = BPF_CORE_READ(f, f_mapping);
+	s64 pos = BPF_CORE_READ(iocb, ki_pos);
+	s64 size = BPF_CORE_READ(mapping, host, i_size);
+	u64 count = BPF_CORE_READ(iter, count);
+	u64 ino;
+	u32 dev;
+
+	if (!count || pos < 0 || pos >= size)
+		return;
+	if (count > (u64)(size - pos))
+		count = size - pos;
+	dev = mapping_dev(mapping, &ino);
+	page_use(EV_PAGE_GET, dev, ino, (u64)pos >> 12, ((u64)pos + count - 1) >> 12);
+}
+
+SEC("fentry/filemap_read")
+int BPF_PROG(use_read, struct kiocb *iocb, struct iov_iter *iter)
+{
+	if (trace_uses && is_recorded())
+		read_use(iocb, iter);
+	return 0;
+}
+
+/* filemap_read() before 5.12 */
+SEC("fentry/generic_file_buffered_read")
+int BPF_PROG(use_read_old, struct kiocb *iocb, struct iov_iter *iter)
+{
+	if (trace_uses && is_recorded())
+		read_use(iocb, iter);
+	return 0;
+}
+
+SEC("fentry/filemap_map_pages")
+int BPF_PROG(use_map, struct vm_fault *vmf, unsigned long start, unsigned long end)
+{
+	u64 ino;
+	u32 dev;
+
+	if (!trace_uses || !is_recorded())
+		return 0;
+	dev = mapping_dev(BPF_CORE_READ(vmf, vma, vm_file, f_mapping), &ino);
+	page_use(EV_PAGE_MAP, dev, ino, start, end);
+	return 0;
+}
+
+SEC("fentry/filemap_fault")
+int BPF_PROG(use_fault, struct vm_fault *vmf)
+{
+	u64 ino, index;
+	u32 dev;
+
+	if (!trace_uses || !is_recorded())
+		return 0;
+	dev = mapping_dev(BPF_CORE_READ(vmf, vma, vm_file, f_mapping), &ino);
+	index = BPF_CORE_READ(vmf, pgoff);
+	page_use(EV_PAGE_FAULT, dev, ino, index, index);
+	return 0;
+}
+
 /* ---- process tree ---- */
 
 SEC("tp_btf/sched_process_fork")
@@ -403,14 +478,12 @@ int BPF_PROG(handle_fork, struct task_struct *parent, struct task_struct *child)
 	return 0;
 }
 
-SEC("tp_btf/sched_process_exit")
-int BPF_PROG(handle_exit, struct task_struct *p, bool group_dead)
+static __always_inline int group_exit(struct task_struct *p)
 {
-	u32 tgid = p->tgid;
+	u32 tgid = BPF_CORE_READ(p, tgid);
 
-	if (!group_dead || !bpf_map_lookup_elem(&tracked, &tgid))
+	if (bpf_map_delete_elem(&tracked, &tgid))
 		return 0;
-	bpf_map_delete_elem(&tracked, &tgid);
 
 	struct ev_proc *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
@@ -426,22 +499,41 @@ int BPF_PROG(handle_exit, struct task_struct *p, bool group_dead)
 	return 0;
 }
 
+/* 6.16 and later (group_dead was added to the tracepoint then). */
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(handle_exit, struct task_struct *p, bool group_dead)
+{
+	return group_dead ? group_exit(p) : 0;
+}
+
+/* Before 6.16: the tracepoint passes the task alone. */
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(handle_exit_task, struct task_struct *p)
+{
+	return group_dead_of(p) ? group_exit(p) : 0;
+}
+
 /* ---- path resolution ---- */
 
 #include "path.bpf.h"
 
-static __always_inline void emit_file(u32 kind, struct file *f, u64 wake)
+/*
+ * `loop` in what follows: whether the kernel has bpf_loop (5.17). Each
+ * entry point comes twice, with it constant true and false; user space
+ * loads one of the two (see "Kernels before today's" above).
+ */
+static __always_inline void emit_file(u32 kind, struct file *f, u64 wake, bool loop)
 {
-	struct ev_exec *x = fill_file(kind, f);
+	struct ev_exec *x = fill_file(kind, f, loop);
 
 	if (x && bpf_ringbuf_output(&events, &x->file, sizeof(x->file), wake))
 		count_drop();
 }
 
 /* An exec: its binary and the new program's arguments (see ev_exec). */
-static __always_inline void emit_exec(struct task_struct *p, struct file *f)
+static __always_inline void emit_exec(struct task_struct *p, struct file *f, bool loop)
 {
-	struct ev_exec *x = fill_file(EV_EXEC, f);
+	struct ev_exec *x = fill_file(EV_EXEC, f, loop);
 
 	if (!x)
 		return;
@@ -470,7 +562,7 @@ static __always_inline void emit_exec(struct task_struct *p, struct file *f)
 
 static __always_inline struct file *fd_file(long fd)
 {
-	struct task_struct *t = bpf_get_current_task_btf();
+	struct task_struct *t = (void *)bpf_get_current_task();
 	struct fdtable *fdt = BPF_CORE_READ(t, files, fdt);
 	struct file **fds = BPF_CORE_READ(fdt, fd);
 	unsigned int max = BPF_CORE_READ(fdt, max_fds);
@@ -482,8 +574,8 @@ static __always_inline struct file *fd_file(long fd)
 	return f;
 }
 
-SEC("tp_btf/sched_process_exec")
-int BPF_PROG(handle_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
+static __always_inline int on_exec(struct task_struct *p, pid_t old_pid,
+				   struct linux_binprm *bprm, bool loop)
 {
 	/*
 	 * A thread other than the leader that execs takes the leader's pid:
@@ -521,8 +613,20 @@ int BPF_PROG(handle_exec, struct task_struct *p, pid_t old_pid, struct linux_bin
 	} else if (!is_tracked()) {
 		return 0;
 	}
-	emit_exec(p, BPF_CORE_READ(bprm, file));
+	emit_exec(p, BPF_CORE_READ(bprm, file), loop);
 	return 0;
+}
+
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(handle_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
+{
+	return on_exec(p, old_pid, bprm, true);
+}
+
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(handle_exec_bounded, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
+{
+	return on_exec(p, old_pid, bprm, false);
 }
 
 /* ---- execve entry (daemon mode) ---- */
@@ -572,12 +676,31 @@ static long argv_step(u64 i, struct argv_ctx *c)
 	return 0;
 }
 
+/* argv_step() over `argv_state`, for kernels without bpf_loop: a global
+ * function is verified once (see ws_walk_next in path.bpf.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct argv_ctx);
+} argv_state SEC(".maps");
+
+__attribute__((noinline)) int ws_argv_next(u32 i)
+{
+	u32 zero = 0;
+	struct argv_ctx *c = bpf_map_lookup_elem(&argv_state, &zero);
+
+	if (!c)
+		return 1;
+	return argv_step(i, c) ? 1 : 0;
+}
+
 /*
  * An execve starting, so that the daemon can start a known program's
  * replay while the kernel is still loading it (10-25 ms on a cold cache
  * here) rather than after.
  */
-static __always_inline void exec_start(struct pt_regs *regs)
+static __always_inline void exec_start(struct pt_regs *regs, bool loop)
 {
 	u32 zero = 0;
 	struct ev_exec_start *x = bpf_map_lookup_elem(&exec_start_scratch, &zero);
@@ -594,7 +717,19 @@ static __always_inline void exec_start(struct pt_regs *regs)
 	    quiet_until(bpf_map_lookup_elem(&quiet_name, x->filename)))
 		return;
 	struct argv_ctx c = { .argv = (const char *const *)PT_REGS_PARM2_CORE_SYSCALL(regs) };
-	bpf_loop(64, argv_step, &c, 0);
+	if (loop) {
+		bpf_loop(64, argv_step, &c, 0);
+	} else {
+		struct argv_ctx *a = bpf_map_lookup_elem(&argv_state, &zero);
+		if (!a)
+			return;
+		*a = c;
+#pragma clang loop unroll(disable)
+		for (u32 i = 0; i < 64; i++)
+			if (ws_argv_next(i))
+				break;
+		c = *a;
+	}
 	u32 len = c.off;
 	x->args_truncated = c.truncated || !c.done || len > WS_EXEC_ARGS;
 	if (len > WS_EXEC_ARGS)
@@ -622,7 +757,7 @@ static __always_inline int path_enter(u64 ptr, int op)
 	return 0;
 }
 
-static __always_inline int path_exit(long ret)
+static __always_inline int path_exit(long ret, bool loop)
 {
 	if (!inflight_n)
 		return 0;
@@ -636,7 +771,7 @@ static __always_inline int path_exit(long ret)
 		__sync_fetch_and_add(&inflight_n, -1);
 
 	if (op == PATHOP_OPEN && ret >= 0) {
-		emit_file(EV_OPEN, fd_file(ret), WAKE_LATER);
+		emit_file(EV_OPEN, fd_file(ret), WAKE_LATER, loop);
 		return 0;
 	}
 	/*
@@ -702,11 +837,10 @@ static __always_inline int path_exit(long ret)
 #define NR_openat2 437
 #define NR_faccessat2 439
 
-SEC("tp_btf/sys_enter")
-int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
+static __always_inline int on_sys_enter(struct pt_regs *regs, long id, bool loop)
 {
 	if (watch_exec && id == NR_execve)
-		exec_start(regs);
+		exec_start(regs, loop);
 	if (!trace_namespace || !is_recorded())
 		return 0;
 	switch (id) {
@@ -735,16 +869,32 @@ int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 	case NR_readlinkat:
 		return path_enter(PT_REGS_PARM2_CORE_SYSCALL(regs), PATHOP_READLINK);
 	case NR_getdents64:
-		emit_file(EV_DIRREAD, fd_file(PT_REGS_PARM1_CORE_SYSCALL(regs)), WAKE_LATER);
+		emit_file(EV_DIRREAD, fd_file(PT_REGS_PARM1_CORE_SYSCALL(regs)), WAKE_LATER, loop);
 		return 0;
 	}
 	return 0;
 }
 
+SEC("tp_btf/sys_enter")
+int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
+{
+	return on_sys_enter(regs, id, true);
+}
+
+SEC("tp_btf/sys_enter")
+int BPF_PROG(sys_enter_bounded, struct pt_regs *regs, long id)
+{
+	return on_sys_enter(regs, id, false);
+}
+
 SEC("tp_btf/sys_exit")
 int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 {
-	if (!trace_namespace)
-		return 0;
-	return path_exit(ret);
+	return trace_namespace ? path_exit(ret, true) : 0;
+}
+
+SEC("tp_btf/sys_exit")
+int BPF_PROG(sys_exit_bounded, struct pt_regs *regs, long ret)
+{
+	return trace_namespace ? path_exit(ret, false) : 0;
 }

@@ -45,6 +45,7 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 #include "waits.h"
+#include "compat.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -159,12 +160,12 @@ static __always_inline u32 mapping_dev(struct address_space *mapping, u64 *ino)
 }
 
 SEC("tp_btf/mm_filemap_add_to_page_cache")
-int BPF_PROG(wt_add, struct folio *folio)
+int BPF_PROG(wt_add, void *folio)
 {
 	u64 id = bpf_get_current_pid_tgid();
 	u32 tgid = id >> 32;
-	unsigned long flags = 0;
-	u64 ino, count = 1;
+	struct address_space *mapping = NULL;
+	u64 ino, index = 0, count;
 	u32 kind, dev;
 
 	if (tgid == replay_tgid)
@@ -173,13 +174,9 @@ int BPF_PROG(wt_add, struct folio *folio)
 		kind = WT_ADD_LAUNCH;
 	else
 		return 0;
-	dev = mapping_dev(BPF_CORE_READ(folio, mapping), &ino);
-	/* folio_order(), as record.bpf.c reads it */
-	bpf_probe_read_kernel(&flags, sizeof(flags), folio);
-	if (flags & (1UL << bpf_core_enum_value(enum pageflags, PG_head)))
-		count = 1ULL << (BPF_CORE_READ(folio, _flags_1) & 31);
-	emit(kind, (u32)id, tgid, bpf_ktime_get_ns(), dev, ino, BPF_CORE_READ(folio, index), count,
-	     BPF_RB_NO_WAKEUP);
+	count = cached_pages(folio, &mapping, &index);
+	dev = mapping_dev(mapping, &ino);
+	emit(kind, (u32)id, tgid, bpf_ktime_get_ns(), dev, ino, index, count, BPF_RB_NO_WAKEUP);
 	return 0;
 }
 
@@ -229,9 +226,8 @@ int BPF_PROG(wt_fault, struct address_space *mapping, unsigned long index)
 	return 0;
 }
 
-SEC("tp_btf/sched_switch")
-int BPF_PROG(wt_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
-	     unsigned int prev_state)
+static __always_inline int on_switch(void *ctx, bool preempt, struct task_struct *prev,
+				     struct task_struct *next, long prev_state)
 {
 	u32 next_pid = next->pid;
 	struct off_cpu *off = bpf_map_lookup_elem(&asleep, &next_pid);
@@ -267,6 +263,20 @@ int BPF_PROG(wt_switch, bool preempt, struct task_struct *prev, struct task_stru
 	return 0;
 }
 
+/* 5.18 and later pass the state prev leaves in (fa2c3254d7cf). */
+SEC("tp_btf/sched_switch")
+int BPF_PROG(wt_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
+	     unsigned int prev_state)
+{
+	return on_switch(ctx, preempt, prev, next, prev_state);
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(wt_switch_old, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	return on_switch(ctx, preempt, prev, next, task_state(prev));
+}
+
 SEC("tp_btf/sched_process_fork")
 int BPF_PROG(wt_fork, struct task_struct *parent, struct task_struct *child)
 {
@@ -295,17 +305,28 @@ int BPF_PROG(wt_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm 
 	return 0;
 }
 
-SEC("tp_btf/sched_process_exit")
-int BPF_PROG(wt_exit, struct task_struct *p, bool group_dead)
+static __always_inline int wt_on_exit(struct task_struct *p, bool group_dead)
 {
-	u32 pid = p->pid;
-	u32 tgid = p->tgid;
+	u32 pid = BPF_CORE_READ(p, pid);
+	u32 tgid = BPF_CORE_READ(p, tgid);
 
 	/* a thread that ends asleep is never switched in again */
 	bpf_map_delete_elem(&asleep, &pid);
-	if (!group_dead || !tracked_tgid(tgid))
+	if (!group_dead || bpf_map_delete_elem(&tracked, &tgid))
 		return 0;
-	bpf_map_delete_elem(&tracked, &tgid);
 	emit(WT_EXIT, pid, tgid, bpf_ktime_get_ns(), 0, 0, 0, 0, BPF_RB_NO_WAKEUP);
 	return 0;
+}
+
+/* 6.16 and later; before, the variant below (see compat.bpf.h). */
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(wt_exit, struct task_struct *p, bool group_dead)
+{
+	return wt_on_exit(p, group_dead);
+}
+
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(wt_exit_task, struct task_struct *p)
+{
+	return wt_on_exit(p, group_dead_of(p));
 }
