@@ -95,6 +95,9 @@ pub struct Recorded {
     signals: Option<SignalForwarder>,
     /// The command's exit, if it already happened.
     pub exit: Option<Exit>,
+    /// The source failed while the command ran: recording stopped there,
+    /// and the trace is incomplete (not to be learned from).
+    pub failed: Option<String>,
 }
 
 impl Recorded {
@@ -118,6 +121,11 @@ impl Recorded {
 /// Records one launch of `argv`. `on_ready` runs after the source tracks
 /// the held child and before it is released to exec (`run` starts the
 /// replay there, so the prefetcher is ahead of the application).
+///
+/// An error other than [`Error::Spawn`] means the command has not run:
+/// the recorder could not start, and the caller may run it unrecorded.
+/// Once the command runs, a failing source ends the recording early
+/// ([`Recorded::failed`]) and the command goes on.
 pub fn record<S: AsRef<std::ffi::OsStr>>(
     argv: &[S],
     opts: &Options,
@@ -128,11 +136,14 @@ pub fn record<S: AsRef<std::ffi::OsStr>>(
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0);
     let text = spawn::argv_text(argv);
+    // The source first: a recorder that cannot start costs the caller
+    // nothing launched, and it can still run the command unrecorded.
+    let (mut src, fallbacks) = source::open(opts.backend, warmstart_bpf::Options::default())?;
     let held = HeldChild::spawn(argv).map_err(|source| Error::Spawn {
         cmd: text.join(" "),
         source,
     })?;
-    let (mut src, fallbacks) = source::open(opts.backend, warmstart_bpf::Options::default())?;
+    // The held child has run none of the command yet: dropped, it dies.
     src.track(held.pid())?;
     on_ready(held.pid());
     let signals = SignalForwarder::install()?;
@@ -155,14 +166,24 @@ pub fn record<S: AsRef<std::ffi::OsStr>>(
     let mut buf = Vec::new();
     let mut exit = None;
     let mut interrupted = false;
+    let mut failed = None;
     let end = loop {
-        src.poll(Duration::from_millis(10), &mut buf)?;
+        if let Err(e) = src.poll(Duration::from_millis(10), &mut buf) {
+            failed = Some(e.to_string());
+            break EndReason::Interrupted;
+        }
         if agg.take(&mut buf) {
             last_io = Instant::now();
         }
         interrupted |= signals.forward(&running);
         if exit.is_none() {
-            exit = running.try_wait()?;
+            match running.try_wait() {
+                Ok(e) => exit = e,
+                Err(e) => {
+                    failed = Some(format!("waiting for the command: {e}"));
+                    break EndReason::Interrupted;
+                }
+            }
         }
         if exit.is_some() && agg.tree_done() {
             break EndReason::Exited;
@@ -192,7 +213,9 @@ pub fn record<S: AsRef<std::ffi::OsStr>>(
     } else {
         Some(signals)
     };
-    src.finish(&mut buf)?;
+    if let Err(e) = src.finish(&mut buf) {
+        failed.get_or_insert(e.to_string());
+    }
     agg.take(&mut buf);
     let stats = TraceStats {
         drops: src.drops(),
@@ -221,6 +244,7 @@ pub fn record<S: AsRef<std::ffi::OsStr>>(
         running,
         signals,
         exit,
+        failed,
     })
 }
 

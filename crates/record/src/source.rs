@@ -238,7 +238,16 @@ impl Source for TracefsSource {
         };
         w("set_event_pid", &tgid.to_string())?;
         for ev in TRACEFS_EVENTS {
-            w(&format!("events/{ev}/enable"), "1")?;
+            let enable = format!("events/{ev}/enable");
+            // The page-use events are 6.12 and later: without them the
+            // trace has the pages read from storage, not those found cached.
+            if !self.dir.join(&enable).exists()
+                && ev.starts_with("filemap/mm_filemap_")
+                && *ev != "filemap/mm_filemap_add_to_page_cache"
+            {
+                continue;
+            }
+            w(&enable, "1")?;
         }
         w("tracing_on", "1")?;
         self.root = Some(tgid);

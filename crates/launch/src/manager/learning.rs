@@ -220,14 +220,47 @@ pub(super) fn learn(
     cfg: &Config,
     report: &mut LaunchReport,
 ) -> Result<Exit, Error> {
-    let recorded = warmstart_record::record(argv, &cfg.record, |_| {})?;
+    let recorded = match warmstart_record::record(argv, &cfg.record, |_| {}) {
+        Ok(r) => r,
+        Err(e @ warmstart_record::Error::Spawn { .. }) => return Err(e.into()),
+        // Nothing has run yet: the launch goes on, unrecorded.
+        Err(e) => return unrecorded(argv, &e, store, prof, cfg),
+    };
     for why in &recorded.fallbacks {
         eprintln!("warmstart: recorder fell back from {why}");
     }
-    // Compiling happens while the application goes on running. A failure
-    // here costs the profile a trace, never the launch its exit status.
-    if let Err(e) = add_trace(&recorded.trace, store, prof, cfg, report) {
+    if let Some(why) = &recorded.failed {
+        eprintln!("warmstart: recording stopped early ({why}); this launch is not learned");
+    } else if let Err(e) = add_trace(&recorded.trace, store, prof, cfg, report) {
+        // Compiling happens while the application goes on running. A
+        // failure here costs the profile a trace, never the launch its
+        // exit status.
         eprintln!("warmstart: could not keep the trace: {e}");
     }
     recorded.wait().map_err(|e| Error::io(Path::new("wait"), e))
+}
+
+/// A launch to learn when no recorder can start (a kernel it does not
+/// support, a missing privilege): one line on stderr, and the command runs
+/// as it would without warmstart, in place of this process where it may
+/// (its exit status, signals and terminal are then its own). The profile
+/// keeps why, for `status`; plans already learned still prefetch.
+fn unrecorded(
+    argv: &[OsString],
+    why: &warmstart_record::Error,
+    store: &Store,
+    prof: &mut Profile,
+    cfg: &Config,
+) -> Result<Exit, Error> {
+    eprintln!("warmstart: cannot record this launch ({why}); running it without learning");
+    prof.note = Some(format!("not learned: no recorder ({why})"));
+    if cfg.exec_in_place {
+        let _ = store.save(prof);
+        let source = warmstart_record::exec_in_place(None, argv);
+        return Err(Error::Spawn {
+            cmd: warmstart_record::argv_text(argv).join(" "),
+            source,
+        });
+    }
+    Ok(super::plain_launch(argv)?.0)
 }

@@ -154,7 +154,7 @@ pub(super) fn prefetch<const RECORDER: bool>(
             }
             held_ms = Some(t0.elapsed().as_secs_f64() * 1e3);
         };
-        let (exit, audit) = if do_audit {
+        let recorded = if do_audit {
             let recorded = warmstart_record::record(argv, &cfg.record, |pid| {
                 if let Some(w) = &waits {
                     if let Err(e) = w.track(pid) {
@@ -163,13 +163,28 @@ pub(super) fn prefetch<const RECORDER: bool>(
                     }
                 }
                 start()
-            })?;
-            let trace = recorded.trace.clone();
+            });
+            match recorded {
+                Ok(r) => Some(r),
+                Err(e @ warmstart_record::Error::Spawn { .. }) => return Err(e.into()),
+                // Nothing has run: the launch is prefetched, unaudited.
+                Err(e) => {
+                    eprintln!(
+                        "warmstart: cannot audit this launch ({e}); prefetching it unaudited"
+                    );
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let (exit, audit) = if let Some(recorded) = recorded {
+            let trace = recorded.failed.is_none().then(|| recorded.trace.clone());
             (
                 recorded
                     .wait()
                     .map_err(|e| Error::io(Path::new("wait"), e))?,
-                Some(trace),
+                trace,
             )
         } else {
             start();
