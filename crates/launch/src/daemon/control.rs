@@ -24,6 +24,18 @@ use crate::Error;
 pub struct DaemonStatus {
     pub pid: u32,
     pub uptime_s: f64,
+    /// The running kernel, as the recorder sees it (`Kernel::describe`).
+    #[serde(default)]
+    pub kernel: String,
+    /// Why the daemon runs without its recorder (it then learns nothing
+    /// and sees no launch, and serves the boot plan and preloading), or
+    /// `None` when the recorder runs.
+    #[serde(default)]
+    pub recorder_problem: Option<String>,
+    /// What the recorder left out on this kernel, and why (a hook it
+    /// lacks, fentry refused): the fidelity it runs at.
+    #[serde(default)]
+    pub recorder_reduced: Vec<String>,
     /// Where the daemon keeps its profiles.
     pub state_dir: PathBuf,
     pub execs_seen: u64,

@@ -260,11 +260,33 @@ pub fn run(
     *shared.status.lock().unwrap_or_else(|e| e.into_inner()) = status.clone();
     // Execs are watched from here on, with the plans at hand: events of a
     // slow start-up (a cold cache at boot) are not left queued behind it.
-    let rec = warmstart_bpf::Recorder::start(warmstart_bpf::Options {
-        watch_exec: true,
-        ..Default::default()
-    })
-    .map_err(warmstart_record::Error::from)?;
+    // Without a recorder the daemon stays up: the boot plan, preloading
+    // and `status` need no events, and `warmstart run` still prefetches
+    // the plans it has. Why is said in the journal and in `status`.
+    status.kernel = warmstart_bpf::Kernel::running().describe();
+    let rec: Box<dyn source::EventSource> =
+        match warmstart_bpf::Recorder::start(warmstart_bpf::Options {
+            watch_exec: true,
+            ..Default::default()
+        }) {
+            Ok(r) => {
+                status.recorder_reduced = r.disabled.clone();
+                for why in &r.disabled {
+                    let _ = writeln!(log, "warmstart daemon: the recorder runs without {why}");
+                }
+                Box::new(r)
+            }
+            Err(e) => {
+                let _ = writeln!(
+                    log,
+                    "warmstart daemon: no recorder ({e}): launches are neither seen nor learned; \
+                 the boot plan, preloading and `warmstart run`'s plans still work"
+                );
+                status.recorder_problem = Some(e.to_string());
+                Box::new(source::NoRecorder)
+            }
+        };
+    *shared.status.lock().unwrap_or_else(|e| e.into_inner()) = status.clone();
     let listener = bind_root_only(&dcfg.socket)?;
     let our_socket = socket_ino(&dcfg.socket);
     // Kept here, so that shutting the socket down at exit never hits a

@@ -1,5 +1,6 @@
 //! Where the daemon's events come from: the BPF recorder when the daemon
-//! runs, a scripted fake in the event loop's tests.
+//! runs, nothing when it cannot start (the daemon stays up for what needs
+//! no events), a scripted fake in the event loop's tests.
 
 use std::time::Duration;
 
@@ -69,5 +70,54 @@ impl EventSource for warmstart_bpf::Recorder {
 
     fn quieted(&self) -> u64 {
         warmstart_bpf::Recorder::quieted(self)
+    }
+}
+
+/// No recorder: the kernel refused it. Polls only wait, so that the loop
+/// still runs its timers (foresight, saving), and nothing is followed.
+pub(crate) struct NoRecorder;
+
+impl EventSource for NoRecorder {
+    fn poll(&mut self, timeout: Duration, _out: &mut Vec<Event>) -> Result<(), Error> {
+        std::thread::sleep(timeout);
+        Ok(())
+    }
+    fn track(&mut self, _tgid: u32, _pages: bool) {}
+    fn untrack(&mut self, _tgid: u32) {}
+    fn drops(&self) -> u64 {
+        0
+    }
+    fn quiet(&mut self, _q: &QuietExe, _hold: Duration) {}
+    fn clear_quiet(&mut self) {}
+    fn set_quiet(&mut self, _on: bool) {}
+    fn quieted(&self) -> u64 {
+        0
+    }
+}
+
+impl EventSource for Box<dyn EventSource> {
+    fn poll(&mut self, timeout: Duration, out: &mut Vec<Event>) -> Result<(), Error> {
+        (**self).poll(timeout, out)
+    }
+    fn track(&mut self, tgid: u32, pages: bool) {
+        (**self).track(tgid, pages)
+    }
+    fn untrack(&mut self, tgid: u32) {
+        (**self).untrack(tgid)
+    }
+    fn drops(&self) -> u64 {
+        (**self).drops()
+    }
+    fn quiet(&mut self, q: &QuietExe, hold: Duration) {
+        (**self).quiet(q, hold)
+    }
+    fn clear_quiet(&mut self) {
+        (**self).clear_quiet()
+    }
+    fn set_quiet(&mut self, on: bool) {
+        (**self).set_quiet(on)
+    }
+    fn quieted(&self) -> u64 {
+        (**self).quieted()
     }
 }

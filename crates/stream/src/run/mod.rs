@@ -160,7 +160,7 @@ impl Error {
 /// the command runs to its end unprefetched and the reason is printed.
 pub fn run<S: AsRef<std::ffi::OsStr>>(argv: &[S], opts: &Options) -> Result<(Exit, Report), Error> {
     if !warmstart_bpf::probe::privileged() {
-        return Err(warmstart_bpf::Error::Permission.into());
+        return Err(warmstart_bpf::Error::permission().into());
     }
     let spawn_err = |source| Error::Spawn {
         cmd: warmstart_record::argv_text(argv).join(" "),

@@ -365,6 +365,15 @@ pub fn status(args: StatusArgs) -> Result<i32> {
     }
     if let Some(d) = daemon {
         {
+            if let Some(why) = &d.recorder_problem {
+                println!(
+                    "daemon: no recorder on {}: {why}; launches are neither seen nor learned",
+                    d.kernel
+                );
+            }
+            for what in &d.recorder_reduced {
+                println!("daemon: the recorder runs without {what} ({})", d.kernel);
+            }
             println!(
                 "daemon: pid {}, up {:.0} s, {} execs seen, {} learned, {} prefetched ({} replays started at execve, {} found cached and not replayed), {} ignored, {} left to the kernel ({} trivial programs); exec->replay p50 {:.0} us, p90 {:.0} us, max {:.0} us; exec->first entry started p50 {:.0} us, p90 {:.0} us; exec->first request issued p50 {:.0} us, p90 {:.0} us, max {:.0} us; launch seen (execve or exec)->first request p50 {:.0} us, p90 {:.0} us, max {:.0} us; {} events, {} dropped",
                 d.pid, d.uptime_s, d.execs_seen, d.launches_learned, d.launches_prefetched,
