@@ -14,6 +14,9 @@ CARGO ?= cargo
 # every other benchmark).
 DEB_PACKAGES := clang llvm libelf-dev zlib1g-dev pkg-config make e2fsprogs xfsprogs util-linux python3 \
 	docker-registry lintian dpkg-dev systemd strace fuse3 fio btrfs-progs xvfb preload
+# The guests of tests/guests (Debian's releases booted in QEMU), installed
+# without their recommends (QEMU's would bring a desktop's libraries).
+GUEST_PACKAGES := qemu-system-x86 qemu-utils mmdebstrap
 # The binary users run is linked statically (glibc included): `warmstart
 # run` starts before every launch it wraps, and dynamic loading and
 # relocation were half its cost on a warm launch (warm `run` overhead
@@ -31,7 +34,7 @@ RELEASE_BENCH = target/$(HOST)/release/warmstart-bench
 # Raw benchmark output: kept in the repository if wanted, never installed.
 BENCH_RUN := bench/runs/$(shell date +%F)-$(shell hostname)
 
-.PHONY: all deps build release deb test demo bench lint fmt clean install
+.PHONY: all deps build release deb test test-guests clean-guests demo bench lint fmt clean install
 
 all: build
 
@@ -41,10 +44,15 @@ deps:
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
 	done; \
 	if ! command -v $(CARGO) >/dev/null 2>&1; then missing="$$missing cargo rustc"; fi; \
-	if [ -n "$$missing" ]; then \
-	  echo "installing:$$missing"; \
-	  if [ "$$(id -u)" != 0 ]; then echo "run as root (or install:$$missing)"; exit 1; fi; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	guests=""; for p in $(GUEST_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || guests="$$guests $$p"; \
+	done; \
+	if [ -n "$$missing$$guests" ]; then \
+	  echo "installing:$$missing$$guests"; \
+	  if [ "$$(id -u)" != 0 ]; then echo "run as root (or install:$$missing$$guests)"; exit 1; fi; \
+	  apt-get update -qq; \
+	  [ -z "$$missing" ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  [ -z "$$guests" ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$guests >/dev/null; \
 	fi
 
 build: deps
@@ -61,6 +69,19 @@ deb: release
 
 test: build
 	$(CARGO) test --workspace
+	$(MAKE) --no-print-directory test-guests
+
+# warmstart in QEMU guests of Debian's releases, each with its stock kernel
+# and systemd: the static binaries everywhere, the package where systemd
+# can run it. One release alone: tests/guests/matrix bookworm (see its
+# head). Images are cached in /var/cache/warmstart-guests.
+DEB_FILE = target/debian/warmstart_$(DEB_VERSION)_$(shell dpkg --print-architecture).deb
+test-guests: deb
+	tests/guests/matrix
+	WS_DEB=$(CURDIR)/$(DEB_FILE) tests/guests/matrix --job package bookworm trixie sid
+
+clean-guests:
+	tests/guests/guest clean
 
 lint: deps
 	$(CARGO) fmt --all -- --check
@@ -90,6 +111,8 @@ install: release
 	install -m 0644 docs/img/*.svg /usr/local/share/doc/warmstart/img/
 	install -m 0644 docs/guide/*.md /usr/local/share/doc/warmstart/guide/
 	install -m 0644 docs/reference/*.md /usr/local/share/doc/warmstart/reference/
+	install -d -m 0755 /usr/local/share/doc/warmstart/examples
+	install -m 0644 dist/examples/registry.conf /usr/local/share/doc/warmstart/examples/
 	if [ -d /etc/systemd/system ]; then \
 	  sed 's|/usr/bin/warmstart|/usr/local/bin/warmstart|' dist/warmstart.service > /etc/systemd/system/warmstart.service; \
 	  systemctl daemon-reload 2>/dev/null || true; echo "enable with: systemctl enable --now warmstart"; fi

@@ -56,6 +56,9 @@ if ls "$src"/docs/img/*.svg >/dev/null 2>&1; then
 	install -d -m 0755 "$doc/img"
 	install -m 0644 "$src"/docs/img/*.svg "$doc/img/"
 fi
+# The drop-in a daemon with `registry` set needs (the unit says why).
+install -d -m 0755 "$doc/examples"
+install -m 0644 "$src/dist/examples/registry.conf" "$doc/examples/registry.conf"
 find "$doc" -type d -exec chmod 0755 {} +
 find "$doc" -type f -exec chmod 0644 {} +
 install -m 0644 "$here/copyright" "$doc/copyright"

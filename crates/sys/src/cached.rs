@@ -90,8 +90,11 @@ fn open_cached(path: &Path) -> Result<File, NotCached> {
     if fd < 0 {
         return Err(match std::io::Error::last_os_error().raw_os_error() {
             // EAGAIN: a step needs storage. ENOSYS, E2BIG, EINVAL: a kernel
-            // without openat2 or RESOLVE_CACHED.
-            Some(libc::EAGAIN | libc::ENOSYS | libc::E2BIG | libc::EINVAL) => NotCached::Unknown,
+            // without openat2 or RESOLVE_CACHED. EPERM: a seccomp filter
+            // refusing openat2 (O_PATH needs no permission on the file).
+            Some(libc::EAGAIN | libc::ENOSYS | libc::E2BIG | libc::EINVAL | libc::EPERM) => {
+                NotCached::Unknown
+            }
             _ => NotCached::Missing,
         });
     }

@@ -175,8 +175,9 @@ fn work(
             Err(e) => {
                 let _ = writeln!(
                     log,
-                    "warmstart daemon: no plans from {source} for {} s (launches go on without them): {e}",
-                    DOWN_FOR.as_secs()
+                    "warmstart daemon: no plans from {source} for {} s (launches go on without them): {e}{}",
+                    DOWN_FOR.as_secs(),
+                    if network_refused(&e.to_string()) { UNIT_HINT } else { "" }
                 );
                 lock(asked).down_until = Some(now + DOWN_FOR);
                 now + DOWN_FOR
@@ -186,6 +187,30 @@ fn work(
         a.made += 1;
         a.until.insert(name, again);
     }
+}
+
+/// Said after a lookup the network refused: the shipped unit gives the
+/// daemon no network, and the registry needs a drop-in.
+const UNIT_HINT: &str = "; under the shipped systemd unit the daemon has no network: \
+     install /usr/share/doc/warmstart/examples/registry.conf into \
+     /etc/systemd/system/warmstart.service.d/";
+
+/// Whether a lookup failed because this process may not reach the network
+/// (a private network namespace or a socket family refused), not because
+/// the registry is down.
+fn network_refused(error: &str) -> bool {
+    [
+        "Network is unreachable",
+        "Address family not supported",
+        "Operation not permitted",
+        "Permission denied",
+        "os error 101",
+        "os error 97",
+        "os error 1)",
+        "failed to lookup address",
+    ]
+    .iter()
+    .any(|m| error.contains(m))
 }
 
 /// Writes `found` as profile `name`, prefetching, and puts it in the
@@ -247,4 +272,27 @@ fn install(
         found.note
     );
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::network_refused;
+
+    #[test]
+    fn a_lookup_the_sandbox_refused_is_told_from_a_registry_that_is_down() {
+        // What the registry client says under PrivateNetwork=yes and
+        // RestrictAddressFamilies=AF_UNIX, and for a registry that is down.
+        assert!(network_refused(
+            "connecting to 127.0.0.1:5000: Network is unreachable (os error 101)"
+        ));
+        assert!(network_refused(
+            "socket: Address family not supported by protocol (os error 97)"
+        ));
+        assert!(!network_refused(
+            "connecting to 127.0.0.1:5000: Connection refused (os error 111)"
+        ));
+        assert!(!network_refused(
+            "registry answered 500 Internal Server Error"
+        ));
+    }
 }
