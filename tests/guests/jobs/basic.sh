@@ -6,8 +6,11 @@
 #   run-status                `warmstart run` runs the program on each of
 #                             four launches, its exit status kept
 #   run-learns, run-prefetches  ... learns it, then prefetches it
+#   stream-runs               `warmstart stream` runs a sequential reader
 #   daemon-learns, daemon-prefetches  the daemon started by hand learns
 #                             and prefetches another user's launch
+# and "info KEY VALUE" lines for the supported-kernels table: the shares
+# recorded, the metadata read from the device, how page uses are seen.
 # One line per check in out/results ("ok NAME" or "FAIL NAME: why"); the
 # logs beside it.
 set -u
@@ -17,6 +20,7 @@ RES=$OUT/results
 ok() { echo "ok $1" >>"$RES"; }
 fail() { echo "FAIL $1: $2" >>"$RES"; }
 cold() { sync; echo 3 >/proc/sys/vm/drop_caches; }
+py_share() { python3 -c "import json,sys; print('%.1f%%' % (100 * json.load(open(sys.argv[1]))['share']))" "$1" 2>/dev/null || echo '?'; }
 jq_py() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
 
 install -m 0755 /host/bin/warmstart /host/bin/warmstart-core /usr/local/bin/
@@ -43,6 +47,23 @@ cold
 record record-cold
 "${READ[@]}"
 record record-warm
+
+info() { echo "info $1 $2" >>"$RES"; }
+info record-cold "$(py_share "$OUT/record-cold.json")"
+info record-warm "$(py_share "$OUT/record-warm.json")"
+info metadata "$(jq_py 'str(d["stats"]["metadata_bytes"] // 1024) + "KiB"' </var/tmp/record-cold.json 2>/dev/null || echo '?')"
+
+# --- stream: a sequential reader of a file larger than its read-ahead ---
+dd if=/dev/urandom of=/var/tmp/stream.bin bs=1M count=64 status=none
+cold
+if warmstart stream --json -- python3 -c "
+f = open('/var/tmp/stream.bin', 'rb')
+while f.read(1 << 16):
+    pass" >"$OUT/stream.json" 2>"$OUT/stream.log"; then
+	ok stream-runs
+else
+	fail stream-runs "exit $? ($(tail -n 1 "$OUT/stream.log"))"
+fi
 
 # --- run: four launches ---
 S=/var/tmp/run-state
@@ -93,6 +114,7 @@ for i in $(seq 8); do
 	[ "$prefetched" -ge 1 ] && break
 done
 daemon_status >"$OUT/daemon-status.json"
+info page-uses "$(jq_py '(d["daemon"] or {}).get("page_uses", "?")' <"$OUT/daemon-status.json" 2>/dev/null || echo '?')"
 if kill -0 "$DPID" 2>/dev/null; then
 	[ "$learned" -ge 1 ] && ok daemon-learns || fail daemon-learns "launches_learned=$learned (see daemon.log)"
 	[ "$prefetched" -ge 1 ] && ok daemon-prefetches || fail daemon-prefetches "launches_prefetched=$prefetched"

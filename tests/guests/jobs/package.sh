@@ -1,0 +1,103 @@
+#!/bin/bash
+# The package job (tests/guests/matrix --job package): Debian's package of
+# warmstart under the guest's own systemd, across real reboots.
+#   boot 1: unit-active, unit-no-restarts, unit-no-eperm   `apt install ./deb`
+#             gives an active unit, never restarted, no EPERM in its journal
+#           unit-learns, unit-prefetches   a user's launch from a login
+#             session (su -l) is learned and prefetched under the unit
+#           unit-warm-not-replayed   a warm relaunch is found resident and
+#             not replayed
+#           then two reboots, each recorded as a boot (the boot plan needs two)
+#   boot 4: boot-plan-replayed   the boot plan replays at this boot
+#             (journal and status)
+#           preload-not-reread   no preloaded plan was read again
+#           purge-clean   `apt purge` leaves no file, unit or state behind
+set -u
+OUT=/host/out
+RES=$OUT/results
+STAGE=$(cat "$OUT/stage" 2>/dev/null || echo 1)
+ok() { echo "ok $1" >>"$RES"; }
+fail() { echo "FAIL $1: $2" >>"$RES"; }
+cold() { sync; echo 3 >/proc/sys/vm/drop_caches; }
+py() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
+status_json() { warmstart status --json 2>/dev/null; }
+daemon_field() { status_json | py "(d.get('daemon') or {}).get('$1', 0)" 2>/dev/null || echo 0; }
+reboot_into() { echo "$1" >"$OUT/stage"; touch "$OUT/reboot"; exit 0; }
+journal() { journalctl -b -u warmstart --no-pager -o cat 2>/dev/null; }
+
+case "$STAGE" in
+1)
+	: >"$RES"
+	uname -r >"$OUT/uname"
+	install -m 0755 /host/reader.py /usr/local/bin/ws-reader
+	R=/var/tmp/reader
+	ws-reader setup "$R"
+	chmod -R a+rX "$R"
+	cp /host/warmstart.deb /var/tmp/
+	DEBIAN_FRONTEND=noninteractive apt-get install -y /var/tmp/warmstart.deb >"$OUT/install.log" 2>&1 ||
+		fail install "apt-get install exited $?: $(tail -n 3 "$OUT/install.log" | tr '\n' ' ')"
+	for _ in $(seq 30); do systemctl is-active -q warmstart && break; sleep 1; done
+	sleep 5
+	if systemctl is-active -q warmstart; then ok unit-active; else fail unit-active "$(systemctl is-active warmstart)"; fi
+	n=$(systemctl show -p NRestarts --value warmstart)
+	[ "$n" = 0 ] && ok unit-no-restarts || fail unit-no-restarts "NRestarts=$n"
+	# The launches: a login session of another user, caches cold each time.
+	for i in $(seq 8); do
+		cold
+		su -l wsuser -c "python3 /usr/local/bin/ws-reader read $R" >>"$OUT/launches.log" 2>&1
+		sleep 4
+		[ "$(daemon_field launches_prefetched)" -ge 1 ] && break
+	done
+	status_json >"$OUT/status-1.json"
+	[ "$(daemon_field launches_learned)" -ge 1 ] && ok unit-learns || fail unit-learns "launches_learned=$(daemon_field launches_learned)"
+	[ "$(daemon_field launches_prefetched)" -ge 1 ] && ok unit-prefetches || fail unit-prefetches "launches_prefetched=$(daemon_field launches_prefetched)"
+	# Warm: the same launch again, its files still cached.
+	before=$(daemon_field launches_cached)
+	su -l wsuser -c "python3 /usr/local/bin/ws-reader read $R" >>"$OUT/launches.log" 2>&1
+	sleep 3
+	after=$(daemon_field launches_cached)
+	[ "$after" -gt "$before" ] && ok unit-warm-not-replayed || fail unit-warm-not-replayed "launches_cached $before -> $after"
+	journal >"$OUT/journal-1.log"
+	if grep -qiE "EPERM|Operation not permitted" "$OUT/journal-1.log"; then
+		fail unit-no-eperm "$(grep -iE 'EPERM|Operation not permitted' "$OUT/journal-1.log" | head -n 2 | tr '\n' ' ')"
+	else
+		ok unit-no-eperm
+	fi
+	reboot_into 2
+	;;
+2 | 3)
+	# Each boot is recorded once the daemon has watched it go quiet.
+	for _ in $(seq 90); do
+		[ "$(status_json | py "(d.get('daemon') or {}).get('foresight', {}).get('startups_recorded', 0)")" -ge 1 ] && break
+		sleep 2
+	done
+	status_json >"$OUT/status-$STAGE.json"
+	journal >"$OUT/journal-$STAGE.log"
+	reboot_into $((STAGE + 1))
+	;;
+4)
+	for _ in $(seq 60); do
+		[ "$(status_json | py "(d.get('daemon') or {}).get('foresight', {}).get('startup_replays', 0)")" -ge 1 ] && break
+		sleep 2
+	done
+	status_json >"$OUT/status-4.json"
+	journal >"$OUT/journal-4.log"
+	replays=$(py "(d.get('daemon') or {}).get('foresight', {}).get('startup_replays', 0)" <"$OUT/status-4.json")
+	if [ "$replays" -ge 1 ] && grep -q "boot startup: replaying" "$OUT/journal-4.log"; then
+		ok boot-plan-replayed
+	else
+		fail boot-plan-replayed "startup_replays=$replays; journal: $(grep -i startup "$OUT/journal-4.log" | tail -n 2 | tr '\n' ' ')"
+	fi
+	rereads=0
+	for f in "$OUT"/status-*.json; do
+		n=$(py "(d.get('daemon') or {}).get('foresight', {}).get('rereads', 0)" <"$f" 2>/dev/null || echo 0)
+		rereads=$((rereads + n))
+	done
+	[ "$rereads" = 0 ] && ok preload-not-reread || fail preload-not-reread "rereads=$rereads"
+	DEBIAN_FRONTEND=noninteractive apt-get purge -y warmstart >"$OUT/purge.log" 2>&1
+	left=$(ls -d /var/lib/warmstart /etc/warmstart /run/warmstart /lib/systemd/system/warmstart.service \
+		/etc/systemd/system/multi-user.target.wants/warmstart.service /usr/bin/warmstart /usr/lib/warmstart 2>/dev/null)
+	if [ -z "$left" ] && ! systemctl is-active -q warmstart; then ok purge-clean; else fail purge-clean "left: $left"; fi
+	;;
+esac
+exit 0
