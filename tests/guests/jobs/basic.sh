@@ -70,7 +70,7 @@ S=/var/tmp/run-state
 statuses=""
 for i in 1 2 3 4; do
 	cold
-	warmstart run -v --state-dir "$S" -- "${READ[@]}" 7 >>"$OUT/run.log" 2>&1
+	warmstart run -v --report "$OUT/run-$i.json" --state-dir "$S" -- "${READ[@]}" 7 >>"$OUT/run.log" 2>&1
 	statuses="$statuses $?"
 done
 if [ "$statuses" = " 7 7 7 7" ]; then ok run-status; else fail run-status "exit statuses:$statuses"; fi
@@ -80,11 +80,12 @@ case "$phase" in
 *prefetching*) ok run-learns ;;
 *) fail run-learns "profiles' phases: '$phase'" ;;
 esac
-# The last launch's report says a replay ran beside it.
-if grep -q "replay" <(tail -n 20 "$OUT/run.log") && ! grep -q "launching without prefetching" <(tail -n 5 "$OUT/run.log"); then
+# The last launch's report: a replay ran beside it.
+issued=$(jq_py '(d.get("replay") or {}).get("requests", 0)' <"$OUT/run-4.json" 2>/dev/null || echo 0)
+if [ "${issued:-0}" -gt 0 ]; then
 	ok run-prefetches
 else
-	fail run-prefetches "the last launch's report: $(tail -n 3 "$OUT/run.log" | tr '\n' ' ')"
+	fail run-prefetches "the last launch's report has no replay: $(head -c 300 "$OUT/run-4.json" 2>/dev/null)"
 fi
 
 # --- the daemon, started by hand; a user's launches ---
