@@ -91,9 +91,8 @@ impl Error {
     /// This process may not load BPF: says whether it is root all the same.
     pub fn permission() -> Error {
         // SAFETY: geteuid has no preconditions and cannot fail.
-        Error::Permission {
-            as_root: unsafe { libc::geteuid() } == 0,
-        }
+        let euid = unsafe { libc::geteuid() };
+        Error::Permission { as_root: euid == 0 }
     }
 }
 
@@ -146,6 +145,32 @@ impl Default for Options {
     }
 }
 
+/// How the recorder sees pages a launch uses from the cache (what lets it
+/// learn a launch whose files are already cached).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PageUses {
+    /// The mm_filemap_get_pages/map_pages/fault tracepoints (6.12+).
+    Tracepoints,
+    /// fentry on the page cache's functions, where those are missing.
+    Fentry,
+    /// Not at all: only pages read from storage (a kernel that has
+    /// neither).
+    None,
+    /// Not asked for ([`Options::uses`] off).
+    Off,
+}
+
+impl std::fmt::Display for PageUses {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PageUses::Tracepoints => "tracepoints",
+            PageUses::Fentry => "fentry",
+            PageUses::None => "none (storage reads only)",
+            PageUses::Off => "off",
+        })
+    }
+}
+
 /// A loaded and attached recorder. Dropping it detaches every program.
 pub struct Recorder {
     skel: RecordSkel<'static>,
@@ -153,8 +178,10 @@ pub struct Recorder {
     rx: mpsc::Receiver<Event>,
     /// The ring buffer's callback stopped consuming after an exec.
     stopped: Arc<AtomicBool>,
-    /// Tracepoints the probe switched off on this kernel.
+    /// What the probe switched off on this kernel (hooks it lacks).
     pub disabled: Vec<String>,
+    /// How pages used from the cache are seen here.
+    pub page_uses: PageUses,
     /// `recorded_n` in the program's mapped `.bss`.
     recorded_n: RecordedCount,
     /// A process may have stopped being recorded since the last count.
@@ -208,8 +235,10 @@ impl Recorder {
             Ok(r) => Ok(r),
             Err(e) => {
                 let mut r = Self::load(opts, kernel, false)?;
-                r.disabled
-                    .push(format!("page uses from fentry (refused: {e})"));
+                r.disabled.push(format!(
+                    "page uses: neither tracepoints (6.12) nor fentry (refused: {e}); \
+                     a launch is learned from what it reads from storage only"
+                ));
                 Ok(r)
             }
         }
@@ -261,7 +290,11 @@ impl Recorder {
                     return Err(Error::MissingTracepoint(section));
                 }
                 prog.set_autoload(false);
-                disabled.push(section);
+                // The page-use tracepoints fentry stands in for are not
+                // missed: `page_uses` says how uses are seen.
+                if !(fentry && section.starts_with("tp_btf/mm_filemap_")) {
+                    disabled.push(section);
+                }
             }
         }
         let mut skel = open.load().map_err(load_err("load", &log))?;
@@ -300,12 +333,22 @@ impl Recorder {
             })
             .map_err(bpf_err("ring buffer"))?;
         let ring = builder.build().map_err(bpf_err("ring buffer"))?;
+        let page_uses = if !opts.uses {
+            PageUses::Off
+        } else if kernel.has_use_tracepoints() {
+            PageUses::Tracepoints
+        } else if fentry {
+            PageUses::Fentry
+        } else {
+            PageUses::None
+        };
         Ok(Self {
             skel,
             ring,
             rx,
             stopped,
             disabled,
+            page_uses,
             recorded_n,
             recount_due: AtomicBool::new(false),
         })

@@ -36,6 +36,10 @@ pub struct DaemonStatus {
     /// lacks, fentry refused): the fidelity it runs at.
     #[serde(default)]
     pub recorder_reduced: Vec<String>,
+    /// How the recorder sees pages used from the cache: `tracepoints`,
+    /// `fentry`, or `none` (it learns only what is read from storage).
+    #[serde(default)]
+    pub page_uses: String,
     /// Where the daemon keeps its profiles.
     pub state_dir: PathBuf,
     pub execs_seen: u64,

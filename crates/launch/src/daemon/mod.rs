@@ -271,6 +271,12 @@ pub fn run(
         }) {
             Ok(r) => {
                 status.recorder_reduced = r.disabled.clone();
+                status.page_uses = r.page_uses.to_string();
+                let _ = writeln!(
+                    log,
+                    "warmstart daemon: recorder loaded on {}; page uses seen through {}",
+                    status.kernel, r.page_uses
+                );
                 for why in &r.disabled {
                     let _ = writeln!(log, "warmstart daemon: the recorder runs without {why}");
                 }
