@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * The one header shared by record.bpf.c and the Rust side (bindgen'd in
- * build.rs into intf.rs). Every record sent through the ring buffer starts
- * with `struct ev_hdr`; `kind` says which body follows.
+ * The one header shared by record.bpf.c and the Rust side, which gets its
+ * structs from the generated skeleton's `types` module (build.rs). Every
+ * record sent through the ring buffer starts with `struct ev_hdr`; `kind`
+ * says which body follows.
  */
 #ifndef WARMSTART_INTF_H
 #define WARMSTART_INTF_H
