@@ -8,6 +8,7 @@ pub mod chunk;
 pub mod compile;
 pub mod container;
 pub mod limits;
+pub mod path;
 pub mod trace;
 
 pub use compile::{CompileError, CompileOptions, CompileReport, Compiled};

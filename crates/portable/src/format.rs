@@ -73,6 +73,9 @@ pub struct ExportNotes {
     pub meta_entries: usize,
     /// Files that could not be read or changed since the plan was made.
     pub files: Vec<Dropped>,
+    /// Lookups left out: paths a portable plan cannot name (not absolute,
+    /// or with `..`, which another machine's links may resolve elsewhere).
+    pub lookups: Vec<String>,
 }
 
 /// Makes `plan` (of profile `profile`) portable by reading the ranges it
@@ -116,6 +119,19 @@ pub fn export(profile: &str, plan: &Plan) -> Result<(PortablePlan, ExportNotes),
             build_id,
         });
     }
+    // One odd lookup never costs the whole plan: it is left out, named.
+    let mut lookups = Vec::with_capacity(plan.lookups.len());
+    let mut lookup_remap = HashMap::new();
+    for (i, l) in plan.lookups.iter().enumerate() {
+        let mut l = l.clone();
+        l.path = warmstart_plan::path::lexically_clean(&l.path);
+        if clean_absolute(&l.path) {
+            lookup_remap.insert(i as u32, lookups.len() as u32);
+            lookups.push(l);
+        } else {
+            notes.lookups.push(l.path);
+        }
+    }
     let mut entries = Vec::with_capacity(plan.entries.len());
     for e in &plan.entries {
         match *e {
@@ -125,7 +141,11 @@ pub fn export(profile: &str, plan: &Plan) -> Result<(PortablePlan, ExportNotes),
                 }
             }
             Entry::Meta { .. } => notes.meta_entries += 1,
-            Entry::Lookup { .. } => entries.push(*e),
+            Entry::Lookup { index } => {
+                if let Some(&index) = lookup_remap.get(&index) {
+                    entries.push(Entry::Lookup { index });
+                }
+            }
         }
     }
     let pp = PortablePlan {
@@ -134,7 +154,7 @@ pub fn export(profile: &str, plan: &Plan) -> Result<(PortablePlan, ExportNotes),
         profile: profile.into(),
         meta: plan.meta.clone(),
         files,
-        lookups: plan.lookups.clone(),
+        lookups,
         entries,
     };
     pp.check()?;
@@ -289,13 +309,7 @@ impl PortablePlan {
 
 /// An absolute path without `.`, `..`, empty components or NUL.
 fn clean_absolute(p: &str) -> bool {
-    p.starts_with('/')
-        && p.len() < 4096
-        && !p.contains('\0')
-        && (p == "/"
-            || p[1..]
-                .split('/')
-                .all(|c| !c.is_empty() && c != "." && c != ".."))
+    p.len() < 4096 && !p.contains('\0') && warmstart_plan::path::is_clean_absolute(p)
 }
 
 /// Why a file's entries were dropped.

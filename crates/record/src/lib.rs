@@ -312,7 +312,7 @@ impl Aggregator {
         self.builder.push_ns(NamespaceOp {
             t_ns,
             kind,
-            path,
+            path: warmstart_plan::path::lexically_clean(&path),
             result,
         });
     }

@@ -236,3 +236,39 @@ fn hostile_or_foreign_inputs_are_refused() {
     }
     assert!(PortablePlan::from_bytes(&good.to_bytes()).is_ok());
 }
+
+#[test]
+fn an_odd_lookup_is_cleaned_or_left_out_never_the_plan() {
+    let d = tempfile::tempdir().unwrap();
+    let mut plan = setup(d.path(), &[("a", vec![1u8; 10_000])]);
+    let n = plan.lookups.len() as u32;
+    // fontconfig's double slash, as recorded before paths were cleaned,
+    // and a path through `..`.
+    let doubled = format!("{}//fonts.cache", d.path().display());
+    plan.lookups.push(Lookup {
+        kind: NsOpKind::Stat,
+        path: doubled,
+    });
+    plan.lookups.push(Lookup {
+        kind: NsOpKind::Stat,
+        path: "/usr/lib/../share/x".into(),
+    });
+    plan.entries.push(Entry::Lookup { index: n });
+    plan.entries.push(Entry::Lookup { index: n + 1 });
+    let (pp, notes) = export("app-1", &plan).unwrap();
+    assert_eq!(notes.lookups, vec!["/usr/lib/../share/x".to_string()]);
+    let cleaned = format!("{}/fonts.cache", d.path().display());
+    assert!(
+        pp.lookups.iter().any(|l| l.path == cleaned),
+        "{:?}",
+        pp.lookups
+    );
+    assert!(pp.lookups.iter().all(|l| !l.path.contains("..")));
+    // Every lookup entry still points at a lookup.
+    for e in &pp.entries {
+        if let Entry::Lookup { index } = e {
+            assert!((*index as usize) < pp.lookups.len());
+        }
+    }
+    PortablePlan::from_bytes(&pp.to_bytes()).unwrap();
+}

@@ -67,6 +67,9 @@ fn portable(store: &Store, name: &str, quiet: bool) -> Result<PortablePlan> {
     for d in &notes.files {
         eprintln!("warmstart: left out {}: {}", d.path, d.why);
     }
+    for l in &notes.lookups {
+        eprintln!("warmstart: left out lookup {l:?}: not an absolute path without `..`");
+    }
     if !quiet && notes.meta_entries > 0 {
         eprintln!(
             "warmstart: left out {} metadata reads (block addresses on this machine's disks)",
