@@ -40,25 +40,34 @@ pub fn hook_available(section: &str) -> bool {
     true
 }
 
-/// Whether some `events/CATEGORY/NAME` exists; None if tracefs is not mounted.
+/// Whether some `events/CATEGORY/NAME` exists; None if tracefs is not
+/// mounted. The names are listed once per process: the recorder asks for
+/// each of its programs, and each answer walked every category.
 fn tracefs_has(name: &str) -> Option<bool> {
-    let events = tracefs_root().join("events");
-    let rd = std::fs::read_dir(&events).ok()?;
-    Some(rd.flatten().any(|cat| cat.path().join(name).is_dir()))
+    static EVENTS: std::sync::OnceLock<Option<std::collections::HashSet<String>>> =
+        std::sync::OnceLock::new();
+    let events = EVENTS.get_or_init(|| {
+        let rd = std::fs::read_dir(tracefs_root().join("events")).ok()?;
+        let mut names = std::collections::HashSet::new();
+        for cat in rd.flatten().filter(|c| c.path().is_dir()) {
+            for ev in std::fs::read_dir(cat.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                names.insert(ev.file_name().to_string_lossy().into_owned());
+            }
+        }
+        Some(names)
+    });
+    events.as_ref().map(|e| e.contains(name))
 }
 
+/// Whether the kernel's BTF has the typedef `btf_trace_<tp>`, which exists
+/// exactly when the tracepoint can be attached as tp_btf. The BTF is
+/// parsed once per process, with what else the recorder asks of it.
 fn btf_has(name: &str) -> bool {
-    // A raw scan of the BTF string section: the typedef btf_trace_<tp> exists
-    // exactly when the tracepoint can be attached as tp_btf. The file is
-    // read once per process.
-    static BTF: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
-    let btf =
-        BTF.get_or_init(|| std::fs::read(Path::new("/sys/kernel/btf/vmlinux")).unwrap_or_default());
-    let mut needle = Vec::with_capacity(name.len() + 2);
-    needle.push(0);
-    needle.extend_from_slice(name.as_bytes());
-    needle.push(0);
-    memchr::memmem::find(btf, &needle).is_some()
+    crate::kernel::btf_tracepoint(name.strip_prefix("btf_trace_").unwrap_or(name))
 }
 
 /// Whether BTF for the running kernel is present (needed by CO-RE and tp_btf).
