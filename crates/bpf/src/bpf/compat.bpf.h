@@ -90,4 +90,23 @@ static __always_inline long task_state(struct task_struct *p)
 	return BPF_CORE_READ((struct task_struct___state *)p, state);
 }
 
+/*
+ * The (device, inode) of a page-cache mapping, as the page tracepoints'
+ * own s_dev field gives the device: the superblock's, else i_rdev. For a
+ * block device's own mapping (file system metadata) the inode number
+ * user space expects is the disk's device number: i_ino is that from
+ * 5.11 on, and i_rdev is on every kernel (5.10's bdev inodes have another
+ * i_ino, which left ext4's metadata pages unnamed there).
+ */
+static __always_inline u32 mapping_dev(struct address_space *mapping, u64 *ino)
+{
+	struct inode *host = BPF_CORE_READ(mapping, host);
+	struct super_block *sb = BPF_CORE_READ(host, i_sb);
+	unsigned short mode = BPF_CORE_READ(host, i_mode);
+
+	*ino = (mode & 00170000) == 0060000 ? (u64)BPF_CORE_READ(host, i_rdev)
+					     : BPF_CORE_READ(host, i_ino);
+	return sb ? BPF_CORE_READ(sb, s_dev) : BPF_CORE_READ(host, i_rdev);
+}
+
 #endif /* WS_COMPAT_BPF_H */

@@ -311,15 +311,6 @@ static __always_inline void page_use(u32 kind, u32 dev, u64 ino, u64 index, u64 
 	emit_page(kind, dev, ino, index, count);
 }
 
-static __always_inline u32 mapping_dev(struct address_space *mapping, u64 *ino)
-{
-	struct inode *host = BPF_CORE_READ(mapping, host);
-	struct super_block *sb = BPF_CORE_READ(host, i_sb);
-
-	*ino = BPF_CORE_READ(host, i_ino);
-	/* as the tracepoints' own s_dev field: the sb's device, else i_rdev */
-	return sb ? BPF_CORE_READ(sb, s_dev) : BPF_CORE_READ(host, i_rdev);
-}
 
 /* A folio from 5.16, a page before: see cached_pages(). */
 SEC("tp_btf/mm_filemap_add_to_page_cache")

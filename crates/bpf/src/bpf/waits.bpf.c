@@ -150,14 +150,6 @@ static __always_inline void emit(u32 kind, u32 pid, u32 tgid, u64 ts, u32 dev, u
 	bpf_ringbuf_submit(e, wake);
 }
 
-static __always_inline u32 mapping_dev(struct address_space *mapping, u64 *ino)
-{
-	struct inode *host = BPF_CORE_READ(mapping, host);
-	struct super_block *sb = BPF_CORE_READ(host, i_sb);
-
-	*ino = BPF_CORE_READ(host, i_ino);
-	return sb ? BPF_CORE_READ(sb, s_dev) : BPF_CORE_READ(host, i_rdev);
-}
 
 SEC("tp_btf/mm_filemap_add_to_page_cache")
 int BPF_PROG(wt_add, void *folio)
