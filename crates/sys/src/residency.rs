@@ -198,43 +198,28 @@ pub fn cached_in(file: &File, size: u64, offset: u64, len: u64) -> io::Result<Op
     let Some((first, last, page)) = page_span(size, offset, len) else {
         return Ok(Some(PageCount::default()));
     };
-    let range = CachestatRange {
-        off: first * page,
-        len: (last - first) * page,
-    };
-    let mut cs = Cachestat::default();
-    // SAFETY: cachestat reads one struct cachestat_range and writes one
-    // struct cachestat; both are live #[repr(C)] locals, and the
-    // descriptor is borrowed for the call.
-    let r = unsafe {
-        libc::syscall(
-            SYS_CACHESTAT,
-            file.as_raw_fd(),
-            &range as *const CachestatRange,
-            &mut cs as *mut Cachestat,
-            0u32,
-        )
-    };
-    if r < 0 {
-        let e = io::Error::last_os_error();
-        return match e.raw_os_error() {
-            Some(libc::ENOSYS) => {
-                CACHESTAT.store(ABSENT, Ordering::Relaxed);
-                Ok(None)
+    let cs = match cachestat(file, first * page, (last - first) * page) {
+        Ok(cs) => cs,
+        Err(e) => {
+            return match e.raw_os_error() {
+                Some(libc::ENOSYS) => {
+                    CACHESTAT.store(ABSENT, Ordering::Relaxed);
+                    Ok(None)
+                }
+                Some(libc::EOPNOTSUPP) => Ok(None),
+                // EPERM is the kernel's answer for a file the caller may not
+                // write, or a seccomp filter's for the call itself (a systemd
+                // unit whose SystemCallFilter lacks cachestat answers every
+                // call so): asked once of a file of its own, the filter is
+                // told apart and the call counted missing, not failed.
+                Some(libc::EPERM) if cachestat_filtered() => {
+                    CACHESTAT.store(ABSENT, Ordering::Relaxed);
+                    Ok(None)
+                }
+                _ => Err(e),
             }
-            Some(libc::EOPNOTSUPP) => Ok(None),
-            // EPERM is the kernel's answer for a file the caller may not
-            // write, or a seccomp filter's for the call itself (a systemd
-            // unit whose SystemCallFilter lacks cachestat answers every
-            // call so): asked once of a file of its own, the filter is
-            // told apart and the call counted missing, not failed.
-            Some(libc::EPERM) if cachestat_filtered() => {
-                CACHESTAT.store(ABSENT, Ordering::Relaxed);
-                Ok(None)
-            }
-            _ => Err(e),
-        };
-    }
+        }
+    };
     CACHESTAT.store(PRESENT, Ordering::Relaxed);
     let pages = last - first;
     Ok(Some(PageCount {
@@ -253,19 +238,29 @@ fn cachestat_filtered() -> bool {
     }
     // SAFETY: memfd_create returned a descriptor that nothing else owns.
     let f = unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-    let range = CachestatRange { off: 0, len: 0 };
+    cachestat(&f, 0, 0).is_err_and(|e| e.raw_os_error() == Some(libc::EPERM))
+}
+
+/// `cachestat(2)` of `len` bytes at `off` (0: to the end).
+fn cachestat(file: &File, off: u64, len: u64) -> io::Result<Cachestat> {
+    let range = CachestatRange { off, len };
     let mut cs = Cachestat::default();
-    // SAFETY: as in cached_in: two live #[repr(C)] locals and a borrowed fd.
+    // SAFETY: cachestat reads one struct cachestat_range and writes one
+    // struct cachestat; both are live #[repr(C)] locals, and the
+    // descriptor is borrowed for the call.
     let r = unsafe {
         libc::syscall(
             SYS_CACHESTAT,
-            f.as_raw_fd(),
+            file.as_raw_fd(),
             &range as *const CachestatRange,
             &mut cs as *mut Cachestat,
             0u32,
         )
     };
-    r < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(cs)
 }
 
 /// [`cached`] where the kernel has it, else [`resident`].
