@@ -234,6 +234,16 @@ impl StartupWindow {
             .map(|o| (o.last_exec_ms + self.cfg.quiet_ms()).min(o.opened_ms + self.cfg.max_ms()))
     }
 
+    /// The recorder watches from `now_ms` on: an open window's quiet time
+    /// counts from here, not from its opening. Loading the recorder can
+    /// take longer than `quiet_s` (seconds in an emulated guest), and a
+    /// boot window that closed meanwhile had recorded nothing.
+    pub fn watching_from(&mut self, now_ms: u64) {
+        if let Some(o) = &mut self.open {
+            o.last_exec_ms = o.last_exec_ms.max(now_ms);
+        }
+    }
+
     /// Closes the open window if its deadline has passed.
     pub fn tick(&mut self, now_ms: u64) -> Option<Transition> {
         let o = self.open?;
@@ -457,6 +467,21 @@ impl StartupRecording {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_boot_window_counts_its_quiet_from_when_the_recorder_watches() {
+        let cfg = StartupConfig::default();
+        let mut w = StartupWindow::new(cfg.clone());
+        let opened = w.feed(0, Input::DaemonStarted { uptime_ms: 1_000 });
+        assert!(
+            matches!(opened.as_slice(), [Transition::Opened { .. }]),
+            "{opened:?}"
+        );
+        // The recorder took 8 s to load: the window is still open at 10 s.
+        w.watching_from(8_000);
+        assert!(w.tick(10_000).is_none());
+        assert!(w.tick(8_000 + cfg.quiet_ms() + 1).is_some());
+    }
+
     use super::*;
     use CloseReason::*;
     use StartupKind::*;

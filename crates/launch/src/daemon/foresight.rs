@@ -213,6 +213,13 @@ impl Foresight {
         self.transitions(t, learners, 0, log);
     }
 
+    /// The recorder is attached: an open boot window's quiet time starts
+    /// now (see [`StartupWindow::watching_from`]).
+    pub(super) fn recorder_attached(&mut self) {
+        let now = self.now_ms();
+        self.window.watching_from(now);
+    }
+
     /// Whether a startup window is recording: the execs the policy ignores
     /// stay tracked meanwhile, since a startup's reads are mostly theirs.
     pub(super) fn recording(&self) -> bool {

@@ -293,6 +293,7 @@ pub fn run(
             }
         };
     *shared.status.lock().unwrap_or_else(|e| e.into_inner()) = status.clone();
+    foresight.recorder_attached();
     let listener = bind_root_only(&dcfg.socket)?;
     let our_socket = socket_ino(&dcfg.socket);
     // Kept here, so that shutting the socket down at exit never hits a
