@@ -58,16 +58,19 @@ fn root_daemon_without_bpf_stays_up_and_says_why() {
     std::fs::write(&config, "[preload]\nenabled = false\n").unwrap();
     let (state, socket) = (work.path().join("state"), work.path().join("sock"));
     let log = work.path().join("daemon.log");
-    let mut child = without_bpf(&warmstart_core())
-        .args(["daemon", "--config"])
-        .arg(&config)
-        .arg("--state-dir")
-        .arg(&state)
-        .arg("--socket")
-        .arg(&socket)
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
+    let mut daemon = KillOnDrop(
+        without_bpf(&warmstart_core())
+            .args(["daemon", "--config"])
+            .arg(&config)
+            .arg("--state-dir")
+            .arg(&state)
+            .arg("--socket")
+            .arg(&socket)
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let child = &mut daemon.0;
     let t = std::time::Instant::now();
     while !socket.exists() && t.elapsed() < Duration::from_secs(30) {
         assert!(
@@ -106,6 +109,14 @@ fn root_daemon_without_bpf_stays_up_and_says_why() {
         child.try_wait().unwrap().is_none(),
         "the daemon is still up"
     );
-    let _ = child.kill();
-    let _ = child.wait();
+}
+
+/// A daemon that a failed assertion must not leave running.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
