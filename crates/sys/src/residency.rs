@@ -217,7 +217,7 @@ pub fn cached_in(file: &File, size: u64, offset: u64, len: u64) -> io::Result<Op
                     Ok(None)
                 }
                 _ => Err(e),
-            }
+            };
         }
     };
     CACHESTAT.store(PRESENT, Ordering::Relaxed);
